@@ -182,6 +182,9 @@ class _Job:
         import utils
 
         self.torch, self.reference, self.utils = torch, reference, utils
+        # Bound before the submission is imported, so that rebinding reference.check_implementation
+        # from the submission does not change what checks it.
+        self._check = reference.check_implementation
         self.submission_path = submission
         self.cuda = torch.cuda.is_available()
         self.flush = utils.L2Flush() if self.cuda else (lambda: None)
@@ -206,7 +209,7 @@ class _Job:
 
     def check(self, data, output) -> tuple[bool, str]:
         try:
-            result = self.reference.check_implementation(data, output)
+            result = self._check(data, output)
         except Exception as e:  # a check must not crash on a bad output, but if it does, it is a fail
             return False, f"check raised {type(e).__name__}: {e}"
         if isinstance(result, tuple):
@@ -544,7 +547,7 @@ def main(argv=None) -> int:
             report.say(f"eval.py: the worker could not start: {e}")
             report.log("check", "fail")
             return EXIT_FAIL
-        report.say(f"{args.mode}: {problem.name}/{submission.name} on {info['device']}  "
+        report.say(f"{args.mode}: {os.path.relpath(submission)} on {info['device']}  "
                    f"(torch {info['torch']}, triton {info['triton']})"
                    + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases\n")
         if args.mode == "test":

@@ -23,6 +23,13 @@ SUBMISSIONS = {
     "crashes": "import os\ndef custom_kernel(data):\n    os._exit(3)\n",
     "hangs": "import time\ndef custom_kernel(data):\n    time.sleep(3600)\n",
     "no_kernel": "x = 1\n",
+    "patches_check": textwrap.dedent("""
+        import torch
+        import reference
+        reference.check_implementation = lambda data, output: (True, "")
+        def custom_kernel(data):
+            return torch.zeros(data[0].shape[0], 16, 512, dtype=torch.bfloat16)
+        """),
     # Returns the first output it computed for a shape on every later call with that shape.
     "caches": textwrap.dedent("""
         from reference import ref_kernel
@@ -95,6 +102,7 @@ def test_tests_file_argument_and_seed(problem, tmp_path):
     ("garbage", "none of the caches"),
     ("crashes", "exit code 3"),
     ("no_kernel", "custom_kernel"),
+    ("patches_check", "none of the caches"),
 ])
 def test_bad_submissions_fail_each_case_and_harness_goes_on(problem, submission, needle):
     code, out, err, log = run_eval(problem, "test", submission=submission, popcorn=True)
