@@ -1,0 +1,322 @@
+"""CPU tests of the paged MQA logits problem (problems/paged_mqa_logits): reference, layouts, check, routing,
+and the Triton kernel under TRITON_INTERPRET=1 (in a subprocess, since the variable must be set before
+Triton is imported)."""
+import importlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEM = ROOT / "problems" / "paged_mqa_logits"
+
+
+@pytest.fixture(scope="module")
+def mods():
+    """reference, task and submission of this problem, imported under their own names and then removed
+    from sys.modules so that other tests' `import reference` still get the root problem's."""
+    saved = {k: sys.modules.pop(k) for k in ("reference", "task", "submission") if k in sys.modules}
+    sys.path.insert(0, str(PROBLEM))
+    try:
+        ref = importlib.import_module("reference")
+        sub = importlib.import_module("submission")
+        yield ref, sub
+    finally:
+        sys.path.remove(str(PROBLEM))
+        for k in ("reference", "task", "submission"):
+            sys.modules.pop(k, None)
+        sys.modules.update(saved)
+
+
+def naive_logits(data, fmt, ref):
+    """Loop-by-loop definition: one (row, t) at a time, keys looked up block by block."""
+    q, kv_cache, weights, context_lens, block_tables, max_model_len = data
+    qf, kf = ref.dequantize_pair(data, fmt)
+    batch, next_n = qf.shape[:2]
+    out = torch.full((batch * next_n, max_model_len), float("-inf"), dtype=torch.float64)
+    for b in range(batch):
+        length = int(context_lens[b])
+        for i in range(next_n):
+            r = b * next_n + i
+            for t in range(max_model_len):
+                if t > length - next_n + i:
+                    continue
+                k = kf[int(block_tables[b, t // 64]), t % 64].double()
+                s = qf[b, i].double() @ k  # (H,)
+                out[r, t] = (weights[r].double() * s.clamp(min=0)).sum()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# reference and layouts
+# ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", [dict(batch=2, next_n=1, context=70), dict(batch=2, next_n=2, context=65, random=0),
+                                  dict(batch=1, next_n=4, context=10)])
+def test_reference_matches_naive_loop(mods, spec):
+    ref, _ = mods
+    data = ref.generate_input(seed=11, **spec)
+    for fmt in ref.FORMATS:
+        exact = naive_logits(data, fmt, ref)
+        got = ref.logits_for_format(data, fmt)
+        assert torch.equal(torch.isneginf(got), torch.isneginf(exact))
+        fin = torch.isfinite(exact)
+        assert torch.allclose(got[fin].double(), exact[fin], rtol=1e-5, atol=1e-3)
+    assert torch.equal(ref.ref_kernel(data), ref.logits_for_format(data, "fp8"))
+
+
+def test_generate_input_shapes_and_properties(mods):
+    ref, _ = mods
+    data = ref.generate_input(batch=6, next_n=2, context=300, seed=5)
+    q, kv, w, cl, bt, L = data
+    assert q["fp8"].dtype == torch.float8_e4m3fn and q["fp8"].shape == (6, 2, 64, 128)
+    assert q["fp4"][0].shape == (6, 2, 64, 64) and q["fp4"][1].shape == (6, 2, 64, 4)
+    assert kv["fp8"].dtype == torch.uint8 and kv["fp8"].shape[1:] == (64, 1, 132)
+    assert kv["fp4"].dtype == torch.uint8 and kv["fp4"].shape[1:] == (64, 1, 68)
+    assert kv["fp8"].shape[0] == kv["fp4"].shape[0]
+    assert w.shape == (12, 64) and w.dtype == torch.float32
+    assert cl.dtype == torch.int32 and bt.dtype == torch.int32 and bt.shape == (6, L // 64)
+    assert L % 64 == 0 and L >= int(cl.max()) and int(cl.min()) >= 210 and int(cl.max()) <= 390
+    assert len(set(cl.tolist())) > 1  # random lengths
+    # block tables: the pages in use are distinct physical blocks, not the identity
+    used = torch.cat([bt[b, : (int(cl[b]) + 63) // 64] for b in range(6)])
+    assert len(set(used.tolist())) == used.numel()
+    assert not torch.equal(used.sort().values, used)
+    # weights both signs, spread over decades; scores both signs
+    assert (w > 0).any() and (w < 0).any() and w.abs().max() / w.abs().median() > 10
+    qf, kf = ref.dequantize_pair(data, "fp8")
+    s = qf[0, 0] @ kf[int(bt[0, 0])].t()
+    assert (s > 0).float().mean() > 0.2 and (s < 0).float().mean() > 0.2
+    # deterministic from the seed
+    again = ref.generate_input(batch=6, next_n=2, context=300, seed=5)
+    assert torch.equal(again[1]["fp8"], kv["fp8"]) and torch.equal(again[4], bt)
+    assert not torch.equal(ref.generate_input(batch=6, next_n=2, context=300, seed=6)[4], bt)
+
+
+def test_fp8_cache_layout(mods):
+    ref, _ = mods
+    k = torch.randn(3, 64, 128) * 5
+    vals, scales = ref.quantize_fp8_tokens(k)
+    cache = ref.pack_fp8_cache(vals, scales)
+    assert cache.shape == (3, 64, 1, 132)
+    flat = cache.reshape(3, -1)
+    # block-major: 64 x 128 fp8 values token-major, then 64 fp32 scales
+    assert torch.equal(flat[1, 128 * 5: 128 * 6], vals[1, 5].view(torch.uint8))
+    assert torch.equal(flat[2, 8192 + 4 * 7: 8192 + 4 * 8].view(torch.float32), scales[2, 7:8])
+    v2, s2 = ref.unpack_fp8_cache(cache)
+    assert torch.equal(v2.view(torch.uint8), vals.view(torch.uint8)) and torch.equal(s2, scales)
+    deq = ref.dequantize_fp8_cache(cache)
+    assert ((deq - k).abs() <= k.abs().amax(-1, keepdim=True) / 16).all()  # e4m3: 3 mantissa bits
+
+
+def test_fp4_codes_and_cache_layout(mods):
+    ref, _ = mods
+    # exact codes: E2M1 magnitudes round-trip; ties go to the even code
+    x = torch.tensor([[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.5, -6.0, 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0]
+                      + [0.0] * 15])
+    packed, sc = ref.quantize_fp4(x)
+    assert int(sc[0, 0]) == 127  # amax 6 -> scale 2^0
+    y = ref.dequantize_fp4(packed, sc)[0]
+    assert y[:10].tolist() == [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.5, -6.0]
+    assert y[10:17].tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0]
+    # low nibble = even element
+    assert int(packed[0, 0]) == (0x0 | (0x1 << 4)) and int(packed[0, 4]) == (0x9 | (0xF << 4))
+    # dequantized values are fixed points; error bounded by half a step of the group's scale
+    k = torch.randn(4, 64, 128) * torch.exp(torch.randn(4, 64, 1))
+    p, s = ref.quantize_fp4(k)
+    d = ref.dequantize_fp4(p, s)
+    assert torch.equal(ref.dequantize_fp4(*ref.quantize_fp4(d)), d)
+    step = torch.exp2(s.float() - 127).repeat_interleave(32, dim=-1)
+    assert ((d - k).abs() <= step + 1e-12).all()
+    cache = ref.pack_fp4_cache(p, s)
+    assert cache.shape == (4, 64, 1, 68)
+    flat = cache.reshape(4, -1)
+    assert torch.equal(flat[3, 64 * 9: 64 * 10], p[3, 9]) and torch.equal(flat[3, 4096 + 4 * 9: 4096 + 4 * 10], s[3, 9])
+    p2, s2 = ref.unpack_fp4_cache(cache)
+    assert torch.equal(p2, p) and torch.equal(s2, s)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the check: accepts exact results over either format pair, rejects the classic wrong answers
+# ----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def case(mods):
+    ref, _ = mods
+    return ref.generate_input(batch=4, next_n=2, context=150, seed=21)
+
+
+def _wrong(ref, data, **changes):
+    q, kv, w, cl, bt, L = data
+    qf, kf = ref.dequantize_pair(data, "fp8")
+    if changes.get("no_relu"):
+        qf2, kf2 = qf, kf
+        batch, next_n = qf.shape[:2]
+        out = torch.full((batch * next_n, L), float("-inf"))
+        for b in range(batch):
+            n = int(cl[b])
+            k = kf[bt[b, : (n + 63) // 64].long()].reshape(-1, 128)[:n]
+            s = (qf2[b].reshape(-1, 128) @ k.t()).reshape(next_n, 64, n)
+            out[b * next_n:(b + 1) * next_n, :n] = (w.reshape(batch, next_n, 64)[b].unsqueeze(-1) * s).sum(1)
+        return out.masked_fill(~ref.valid_mask(cl, next_n, L), float("-inf"))
+    if changes.get("no_weights"):
+        w = torch.ones_like(w)
+    if changes.get("identity_tables"):
+        bt = torch.arange(bt.numel(), dtype=torch.int32).reshape(bt.shape) % kf.shape[0]
+    if changes.get("no_scales"):
+        kf = ref.unpack_fp8_cache(kv["fp8"])[0].float()
+    return ref.exact_logits(qf, kf, w, cl, bt, L)
+
+
+def test_check_accepts_exact_over_each_format(mods, case):
+    ref, _ = mods
+    for fmt in ref.FORMATS:
+        ok, msg = ref.check_implementation(case, ref.logits_for_format(case, fmt))
+        assert ok, msg
+        assert fmt in msg
+
+
+def test_check_accepts_small_accumulation_error(mods, case):
+    """An fp32 result in another summation order, perturbed by 0.3 x the tolerance, passes."""
+    ref, _ = mods
+    exact, bound = ref.logits_for_format(case, "fp8", with_bound=True)
+    sign = torch.where(torch.rand(exact.shape) < 0.5, -1.0, 1.0)
+    ok, msg = ref.check_implementation(case, exact + sign * 0.3 * (ref.RTOL * bound + ref.ATOL))
+    assert ok, msg
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (dict(no_relu=True), "exceed"),
+    (dict(no_weights=True), "exceed"),
+    (dict(identity_tables=True), "exceed"),
+    (dict(no_scales=True), "exceed"),
+])
+def test_check_rejects_wrong_answers(mods, case, wrong, words):
+    ref, _ = mods
+    ok, msg = ref.check_implementation(case, _wrong(ref, case, **wrong))
+    assert not ok and words in msg, msg
+
+
+def test_check_rejects_mask_errors(mods, case):
+    ref, _ = mods
+    good = ref.ref_kernel(case)
+    q, kv, w, cl, bt, L = case
+    # positions past the context left at 0 instead of -inf
+    bad = good.clone()
+    bad[torch.isneginf(bad)] = 0.0
+    ok, msg = ref.check_implementation(case, bad)
+    assert not ok and "not -inf" in msg, msg
+    # causal rule ignored for next_n = 2: row i = 0 also scores t = context_len - 1
+    r, t = 0, int(cl[0]) - 1
+    bad = good.clone()
+    bad[r, t] = 1.0
+    ok, msg = ref.check_implementation(case, bad)
+    assert not ok and "(row 0, t" in msg, msg
+    # a valid position set to -inf, and NaN
+    bad = good.clone()
+    bad[1, 0] = float("-inf")
+    ok, msg = ref.check_implementation(case, bad)
+    assert not ok and "NaN or +-inf" in msg, msg
+    bad = good.clone()
+    bad[2, 3] = float("nan")
+    ok, msg = ref.check_implementation(case, bad)
+    assert not ok and "NaN" in msg, msg
+
+
+def test_check_never_raises_on_bad_output(mods, case):
+    ref, _ = mods
+    good = ref.ref_kernel(case)
+    for out, words in [(None, "expected a torch.Tensor"), ("x", "expected a torch.Tensor"),
+                       (good[:, :-1], "shape"), (good.double(), "dtype"), (good.to(torch.bfloat16), "dtype"),
+                       (good.reshape(-1), "shape"), ([good], "expected a torch.Tensor")]:
+        ok, msg = ref.check_implementation(case, out)
+        assert not ok and words in msg, msg
+
+
+# ----------------------------------------------------------------------------------------------------
+# submission: routing and fallback
+# ----------------------------------------------------------------------------------------------------
+def test_routing_reasons(mods, case):
+    ref, sub = mods
+    ok, reason = sub.route(case)
+    assert not ok and ("CUDA" in reason or "Triton" in reason)
+    ok, reason = sub.route(case, require_cuda=False)
+    assert ok, reason
+    q, kv, w, cl, bt, L = case
+    bad_n = ({"fp8": torch.zeros(4, 3, 64, 128, dtype=torch.float8_e4m3fn), "fp4": q["fp4"]}, kv, w, cl, bt, L)
+    assert "next_n = 3" in sub.route(bad_n, require_cuda=False)[1]
+    bad_h = ({"fp8": q["fp8"][:, :, :32].contiguous(), "fp4": q["fp4"]}, kv, w, cl, bt, L)
+    assert "expected float8_e4m3fn" in sub.route(bad_h, require_cuda=False)[1]
+    bad_bt = (q, kv, w, cl, bt[:, :1].contiguous(), L)
+    assert "max_model_len / 64" in sub.route(bad_bt, require_cuda=False)[1]
+    bad_w = (q, kv, w.double(), cl, bt, L)
+    assert "weights" in sub.route(bad_w, require_cuda=False)[1]
+    bad_kv = (q, {"fp8": kv["fp8"][:, :, :, :128].contiguous(), "fp4": kv["fp4"]}, w, cl, bt, L)
+    assert "kv_cache" in sub.route(bad_kv, require_cuda=False)[1]
+    assert "not (q, kv_cache" in sub.route((1, 2), require_cuda=False)[1]
+
+
+def test_fallback_logs_once_and_is_exact(mods, case, capsys):
+    ref, sub = mods
+    sub._LOGGED.clear()
+    out = sub.custom_kernel(case)
+    out2 = sub.custom_kernel(case)
+    err = capsys.readouterr().err
+    assert err.count("reference fallback") == 1 and "CUDA" in err
+    assert torch.equal(out, ref.ref_kernel(case)) and torch.equal(out2, out)
+
+
+def test_plans_cover_benchmarks(mods):
+    """Every benchmark shape has a plan; plans are well formed."""
+    import yaml
+    ref, sub = mods
+    spec = yaml.safe_load(open(PROBLEM / "task.yml"))
+    for b in spec["benchmarks"]:
+        L = ref._round_up(int(1.3 * b["context"]), 64)
+        plan = sub.plan_for(b["batch"], b["next_n"], L)
+        assert len(plan) == 7 and plan[0] in (1, 2, 4, 8, 16, 32, 64) and plan[2] in (4, 8)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the Triton kernel under the interpreter
+# ----------------------------------------------------------------------------------------------------
+_INTERP = textwrap.dedent("""
+    import json, sys
+    import triton.runtime.interpreter as I
+    # numpy >= 2.4 refuses int() of a 1-element array, which the interpreter's loop bounds are
+    _orig = I._patch_lang_tensor
+    def _patched(tensor, scope):
+        _orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    I._patch_lang_tensor = _patched
+    sys.path.insert(0, sys.argv[1])
+    import reference as R, submission as S
+    res = []
+    for spec, plan in json.loads(sys.argv[2]):
+        data = R.generate_input(**spec)
+        out = S.launch_fp8(data, tuple(plan) if plan else None)
+        ok, msg = R.check_implementation(data, out)
+        res.append([ok, msg])
+    print(json.dumps(res))
+""")
+
+
+def test_kernel_under_interpreter():
+    pytest.importorskip("triton")
+    cases = [
+        (dict(batch=3, next_n=1, context=150, seed=1), [2, 3, 4, 1, 1, 1, 1]),    # ragged, tails not multiples of 64
+        (dict(batch=2, next_n=2, context=100, seed=2), [4, 2, 4, 1, 1, 1, 0]),    # causal next_n = 2
+        (dict(batch=2, next_n=4, context=70, seed=3), [2, 2, 4, 1, 0, 1, 0]),  # next_n = 4, plain loads of scales and q
+        (dict(batch=2, next_n=1, context=1, random=0, seed=4), None),          # context length 1
+        (dict(batch=2, next_n=2, context=64, random=0, seed=5), [1, 2, 4, 0, 1, 0, 1]),  # scalar table loads, keys by plain loads
+    ]
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-c", _INTERP, str(PROBLEM), json.dumps(cases)], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=str(ROOT))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (spec, plan), (ok, msg) in zip(cases, res):
+        assert ok, f"{spec} {plan}: {msg}"
