@@ -1,3 +1,5 @@
+#!POPCORN leaderboard paged-mqa-logits
+#!POPCORN gpu H100
 """
 Paged MQA logits on Hopper: one Triton kernel over the fp8 pair (fp8 q x fp8 cache).
 

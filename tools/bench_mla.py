@@ -1,0 +1,232 @@
+"""Benchmark submission.py's MLA decode on the GPU (H200).
+
+Per benchmark shape: correctness against exact fp32 attention over the KV format the plan
+reads (relative L2 error, and reference.check_implementation), then the time of one
+custom_kernel call (CUDA events, L2 flushed before every timed call by writing a buffer
+>= 2x L2, so the inputs come from HBM), achieved bandwidth for the bytes that must move
+(cache in that format + q + output) against 4.2 TB/s, the reference's time, and geometric
+means. Also dumps the SASS of every compiled kernel and counts UTMALDG / HGMMA / QGMMA / HMMA.
+
+    python tools/bench_mla.py [--out tools/results_mla_h200.md] [--sass FILE] [--reps 20]
+"""
+import argparse
+import datetime
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import triton
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import reference as R  # noqa: E402
+import submission as S  # noqa: E402
+
+SHAPES = [(b, kv, 1) for b in (4, 32, 64, 256) for kv in (1024, 8192)]
+PEAK_BW = 4.2e12
+_flush_buf = None
+
+
+def flush_l2():
+    global _flush_buf
+    if _flush_buf is None:
+        l2 = torch.cuda.get_device_properties(0).L2_cache_size
+        _flush_buf = torch.empty(max(2 * l2, 256 << 20) // 4, dtype=torch.int32, device="cuda")
+    _flush_buf.zero_()
+
+
+_warm = False
+
+
+def warm_gpu(seconds=1.0):
+    """Bring the GPU out of its idle clocks before anything is timed."""
+    global _warm
+    if _warm:
+        return
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    while True:
+        for _ in range(10):
+            a @ a
+        end.record()
+        torch.cuda.synchronize()
+        if start.elapsed_time(end) > seconds * 1e3:
+            break
+    _warm = True
+
+
+def time_call(fn, reps=20, warmup=3):
+    """Median ms of fn() with L2 flushed before each call."""
+    warm_gpu()
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        flush_l2()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def bytes_moved(data, fmt):
+    q, kv_data, _, kv_indptr, _ = data
+    total_kv = int(kv_indptr[-1])
+    return total_kv * S.FMT_BYTES_PER_TOKEN[fmt] + q.numel() * 2 + q.shape[0] * 16 * 512 * 2
+
+
+def rel_err(data, out, fmt):
+    q, kv_data, qo, kvp, cfg = data
+    ref = R.exact_attention(q, R.dequantize_cache(kv_data, fmt), qo, kvp, cfg["sm_scale"])
+    return R.compare(out, ref)["rel_l2"]
+
+
+def sass_counts(dump_path=None):
+    """{kernel + constexprs + launch options: counts} for every kernel the submission compiled
+    (submission._compiled); the SASS itself is appended to dump_path."""
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    rows = {}
+    for (fname, consts, warps, stages, _dev), k in S._compiled.items():
+        with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+            f.write(k.asm["cubin"])
+            f.flush()
+            sass = subprocess.run([cuobjdump, "-sass", f.name], capture_output=True, text=True).stdout
+        c = {str(n): (v.__name__ if hasattr(v, "__name__") else str(v)) for n, v in consts}
+        name = f"{fname} {c} warps={warps} stages={stages}"
+        counts = {op: sass.count(op) for op in ("UTMALDG", "HGMMA", "QGMMA", "HMMA", "LDL", "STL")}
+        counts["regs"] = getattr(k, "n_regs", None)
+        counts["spills"] = getattr(k, "n_spills", None)
+        rows[name] = counts
+        if dump_path:
+            with open(dump_path, "a") as f:
+                f.write(f"\n\n===== {name} =====\n{sass}")
+    return rows
+
+
+def host_breakdown():
+    """Wall-clock host cost (us/call, 200 calls, no sync) of the pieces of the host path."""
+    data = R.generate_input(4, 1, 1024, 7)
+    q, kv_data, qo, kvp, cfg = data
+    plan = S.plan_for(4, 1024, 1)
+    base = kv_data[plan[0]][0] if plan[0] != "bf16" else kv_data["bf16"]
+    pieces = {
+        "torch.empty(out)": lambda: torch.empty((4, 16, 512), dtype=torch.bfloat16, device="cuda"),
+        "2 TensorDescriptors": lambda: (S.TensorDescriptor(base, [base.shape[0], base.shape[-1]], [base.shape[-1], 1], [64, 64]),
+                                        S.TensorDescriptor(base, [base.shape[0], base.shape[-1]], [base.shape[-1], 1], [64, 32])),
+        "checks (_fast_path_problem)": lambda: S._fast_path_problem(q, kv_data, qo, kvp, cfg, plan[0]),
+        "_launch": lambda: S._launch(q, kv_data, kvp, cfg, plan),
+        "custom_kernel": lambda: S.custom_kernel(data),
+    }
+    out = []
+    for name, fn in pieces.items():
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(200):
+            fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        out.append(f"host {name}: {(t1 - t0) / 200 * 1e6:.1f} us/call")
+    return out
+
+
+def ragged_checks():
+    """Ragged lengths (incl. 1), q_seq_len 2 and every format/orientation, through both the JIT
+    and the direct launch path; returns lines 'ok/FAIL ...'."""
+    out = []
+    for batch, qlen, kv in ((8, 1, 300), (5, 2, 777), (3, 4, 70)):
+        data = R.generate_input(batch, qlen, kv, 5, ragged=1)
+        q, kv_data, qo, kvp, cfg = data
+        for plan in (("mxfp4", 64, 3, 8, 3, 0), ("mxfp4", 64, 1, 4, 2, 1), ("mxfp4", 32, 4, 4, 3, 1),
+                     ("fp8", 64, 2, 8, 3, 0), ("bf16", 64, 3, 8, 3, 0), ("bf16", 64, 1, 4, 2, 1)):
+            S._launch(q, kv_data, kvp, cfg, plan)
+            o = S._launch(q, kv_data, kvp, cfg, plan)
+            torch.cuda.synchronize()
+            err = rel_err(data, o, plan[0])
+            out.append(f"{'ok' if err < 0.01 else 'FAIL'} ragged batch {batch} q {qlen} kv~{kv} {plan}: rel L2 {err:.4f}")
+    return out
+
+
+def run_shape(batch, kv, qlen, reps, seed=1234):
+    """Correctness then timing of custom_kernel (plan table + host path) on one shape."""
+    data = R.generate_input(batch, qlen, kv, seed)
+    plan = S.plan_for(batch, kv, qlen)
+    S.custom_kernel(data)  # first call compiles through Triton's JIT
+    out = S.custom_kernel(data)  # later calls take the direct launch path: check that one
+    torch.cuda.synchronize()
+    err = rel_err(data, out, plan[0])
+    ok, _ = R.check_implementation(data, out)
+    ms = time_call(lambda: S.custom_kernel(data), reps)
+    return data, plan, err, ok, ms
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "tools", "results_mla_h200.md"))
+    ap.add_argument("--sass", default=None, help="file to write the SASS of every kernel to")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--no-ref", action="store_true")
+    args = ap.parse_args()
+    lines = []
+    dev = torch.cuda.get_device_name()
+    hdr = (f"# MLA decode results\n\n{datetime.datetime.now().isoformat(timespec='seconds')}, {dev}, "
+           f"torch {torch.__version__}, triton {triton.__version__}\n\n"
+           "| batch | kv | plan (fmt, BN, splits, warps, stages, trans) | rel L2 err | check | ms | GB/s | of 4.2 TB/s | ref ms |\n"
+           "|---|---|---|---|---|---|---|---|---|")
+    lines.append(hdr)
+    print(hdr)
+    logs, refs = [], []
+    checks = ragged_checks()
+    print("\n".join(checks))
+    for batch, kv, qlen in SHAPES:
+        data, plan, err, ok, ms = run_shape(batch, kv, qlen, args.reps)
+        gbs = bytes_moved(data, plan[0]) / (ms * 1e-3) / 1e9
+        ref_ms = float("nan")
+        if not args.no_ref:
+            ref_ms = time_call(lambda: R.ref_kernel(data), reps=3, warmup=1)
+            refs.append(math.log(ref_ms))
+        logs.append(math.log(ms))
+        row = (f"| {batch} | {kv} | {plan} | {err:.4f} | {'ok' if ok else 'FAIL'} | {ms:.4f} | "
+               f"{gbs:.0f} | {gbs * 1e9 / PEAK_BW:.2f} | {ref_ms:.3f} |")
+        lines.append(row)
+        print(row, flush=True)
+        del data
+    lines.append("\n## Ragged / multi-token checks\n\n" + "\n".join(f"- {c}" for c in checks))
+    host = host_breakdown()  # back-to-back calls of the smallest shape, no flush, wall clock
+    lines.append("\n" + "\n".join(f"- {h}" for h in host))
+    print("\n".join(host))
+    gm = math.exp(sum(logs) / len(logs))
+    tail = f"\ngeometric mean: {gm:.4f} ms"
+    if refs:
+        tail += f" (reference {math.exp(sum(refs) / len(refs)):.3f} ms)"
+    lines.append(tail)
+    print(tail)
+    try:
+        sass = sass_counts(args.sass)
+    except Exception as e:  # never lose the timings to a SASS-dump problem
+        print("SASS dump failed:", type(e).__name__, e)
+        sass = {}
+    lines.append("\n## SASS instruction counts per compiled kernel\n")
+    lines.append("| kernel | UTMALDG | HGMMA | QGMMA | HMMA | LDL | STL | regs | spills |\n|---|---|---|---|---|---|---|---|---|")
+    for name, c in sass.items():
+        lines.append(f"| {name} | {c['UTMALDG']} | {c['HGMMA']} | {c['QGMMA']} | {c['HMMA']} | "
+                     f"{c['LDL']} | {c['STL']} | {c['regs']} | {c['spills']} |")
+    print("\n".join(lines[-len(sass) - 2:]))
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
