@@ -3,7 +3,7 @@
 # (and for any problem directories given as arguments), logs under $OUT (default: ./device_logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-device_logs}
+out=${OUT:-tools/device_logs}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0
