@@ -229,18 +229,36 @@ class _Job:
             info["device"] = f"{p.name} (sm_{p.major}{p.minor}, {p.multi_processor_count} SMs)"
         return info
 
+    def snapshot(self, output):
+        """What the call had produced when it returned: a copy made on the current stream, so
+        work the submission left running on another stream (which the end event would not
+        wait for) is not in it. The copy is made after the timed region."""
+        if self.cuda and isinstance(output, self.torch.Tensor) and output.is_cuda:
+            return output.clone()
+        return output
+
+    def check_returned(self, data, output, snapshot) -> tuple[bool, str]:
+        """Check the snapshot; fail if the output still changed after custom_kernel returned."""
+        self.sync()
+        if snapshot is not output:
+            as_bytes = lambda t: t.contiguous().view(self.torch.uint8)  # bitwise: NaN == NaN
+            if not self.torch.equal(as_bytes(snapshot), as_bytes(output)):
+                return False, ("the output changed after custom_kernel returned: finish its work on the "
+                               "current stream (join side streams to it) before returning")
+        return self.check(data, snapshot)
+
     def test(self, args: dict) -> tuple[bool, str]:
         data = self.reference.generate_input(**args)
         self.sync()
         output = self.kernel()(self.utils.clone_data(data))
-        self.sync()
-        return self.check(data, output)
+        return self.check_returned(data, output, self.snapshot(output))
 
-    def _timed_call(self, data):
+    def _timed_call(self, data, snapshot: bool):
+        """(output, snapshot or None, ns)."""
         if not self.cuda:
             start = time.perf_counter_ns()
             output = self.kernel()(data)
-            return output, time.perf_counter_ns() - start
+            return output, output, time.perf_counter_ns() - start
         torch = self.torch
         torch.cuda.synchronize()
         self.flush()
@@ -248,8 +266,9 @@ class _Job:
         start.record()
         output = self.kernel()(data)
         end.record()
+        snap = self.snapshot(output) if snapshot else None
         torch.cuda.synchronize()
-        return output, start.elapsed_time(end) * 1e6
+        return output, snap, start.elapsed_time(end) * 1e6
 
     def benchmark(self, args: dict, recheck: bool, max_repeats: int, max_time_ns: float):
         """Stats as a dict, or an error message (str)."""
@@ -257,8 +276,7 @@ class _Job:
         gen, clone = self.reference.generate_input, self.utils.clone_data
         data = gen(**args)
         output = self.kernel()(clone(data))
-        self.sync()
-        good, message = self.check(data, output)
+        good, message = self.check_returned(data, output, self.snapshot(output))
         if not good:
             return message
         timed_input = clone(data)
@@ -271,12 +289,12 @@ class _Job:
                 args["seed"] += 13
                 data = gen(**args)
                 timed_input = clone(data)
-            output, ns = self._timed_call(timed_input)
+            output, snap, ns = self._timed_call(timed_input, snapshot=recheck)
             if recheck:
-                good, message = self.check(data, output)
+                good, message = self.check_returned(data, output, snap)
                 if not good:
                     return f"run {i} (seed {args['seed']}): {message}"
-            del output
+            del output, snap
             durations.append(ns)
             if i > 1:
                 s = calculate_stats(durations)

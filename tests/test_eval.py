@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL_CASES = [
@@ -29,6 +30,26 @@ SUBMISSIONS = {
         reference.check_implementation = lambda data, output: (True, "")
         def custom_kernel(data):
             return torch.zeros(data[0].shape[0], 16, 512, dtype=torch.bfloat16)
+        """),
+    # Computes the answer, then writes it into the output on a side stream after ~10 ms of
+    # spinning, returning at once: the end event on the current stream would not wait for it.
+    "side_stream": textwrap.dedent("""
+        import torch
+        from reference import ref_kernel
+        _side = []
+        def custom_kernel(data):
+            if not _side:
+                _side.append(torch.cuda.Stream())
+            answer = ref_kernel(data)
+            out = torch.zeros_like(answer)
+            side = _side[0]
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                torch.cuda._sleep(20_000_000)
+                out.copy_(answer)
+            answer.record_stream(side)
+            out.record_stream(side)
+            return out
         """),
     # Returns the first output it computed for a shape on every later call with that shape.
     "caches": textwrap.dedent("""
@@ -110,6 +131,15 @@ def test_bad_submissions_fail_each_case_and_harness_goes_on(problem, submission,
     assert log["check"] == "fail"
     assert log["test.0.status"] == "fail" and log["test.1.status"] == "fail"  # the run went on after case 0
     assert needle in log["test.0.error"] and needle in out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="side streams need a GPU")
+@pytest.mark.parametrize("mode", ["test", "leaderboard"])
+def test_output_finished_on_a_side_stream_fails(problem, mode):
+    code, out, err, log = run_eval(problem, mode, submission="side_stream", popcorn=True)
+    assert code == 112, out + err
+    key = "test.0.error" if mode == "test" else "benchmark.0.error"
+    assert "changed after custom_kernel returned" in log[key]
 
 
 def test_hanging_submission_times_out(problem, tmp_path):
