@@ -72,37 +72,35 @@ def sass_report(ck):
     return out
 
 
-def gpu_time(fn, flush, iters):
-    """GPU time alone: a spin kernel after the flush gives the host time to enqueue the call, so the
-    start event fires when the GPU reaches it and the call is already queued."""
+def _event_times(fn, flush, iters, spin):
+    """CUDA-event times (us) of fn() after an L2 flush each; with spin, a spin kernel after the
+    flush gives the host time to enqueue the call, so only GPU time is measured."""
     ts = []
     for _ in range(iters):
+        if not spin:
+            torch.cuda.synchronize()
         flush()
-        torch.cuda._sleep(400_000)
+        if spin:
+            torch.cuda._sleep(400_000)
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         fn()
         b.record()
         torch.cuda.synchronize()
         ts.append(a.elapsed_time(b) * 1e3)
-    ts.sort()
+    return ts
+
+
+def gpu_time(fn, flush, iters):
+    """GPU time alone (median): the start event fires when the GPU reaches it, with the call queued."""
+    ts = sorted(_event_times(fn, flush, iters, spin=True))
     return ts[len(ts) // 2]
 
 
 def eval_style(fn, iters):
     """As eval.py times a call: sync, flush (utils.L2Flush), start, call, end; mean and median."""
     import utils
-    fl = utils.L2Flush()
-    ts = []
-    for _ in range(iters):
-        torch.cuda.synchronize()
-        fl()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b) * 1e3)
+    ts = _event_times(fn, utils.L2Flush(), iters, spin=False)
     return sum(ts) / len(ts), sorted(ts)[len(ts) // 2]
 
 
