@@ -167,8 +167,9 @@ def valid_mask(context_lens: torch.Tensor, next_n: int, max_model_len: int) -> t
     return (t[None, None, :] <= limit[:, :, None]).reshape(-1, max_model_len)
 
 
-def exact_logits(qf, kf, weights, context_lens, block_tables, max_model_len, with_bound=False):
-    """fp32 logits (and, with_bound, the error bound sum_h |w| sum_d |q k|) from dequantized q and keys."""
+def exact_logits(qf, kf, weights, context_lens, block_tables, max_model_len, with_bound=False, relu=True):
+    """fp32 logits (and, with_bound, the error bound sum_h |w| sum_d |q k|) from dequantized q and keys.
+    relu=False drops the relu: the classic wrong answer that the tests and calibrate.py must see fail."""
     batch, next_n, heads, dim = qf.shape
     rows = batch * next_n
     out = torch.full((rows, max_model_len), float("-inf"), dtype=torch.float32, device=qf.device)
@@ -184,7 +185,8 @@ def exact_logits(qf, kf, weights, context_lens, block_tables, max_model_len, wit
             pages = (length + BLOCK_SIZE - 1) // BLOCK_SIZE
             k = kf[bt[b, :pages]].reshape(-1, dim)[:length]                      # (L, D)
             s = torch.matmul(qf[b].reshape(next_n * heads, dim), k.t())          # (n*H, L)
-            logit = (w[b].unsqueeze(-1) * s.relu().reshape(next_n, heads, length)).sum(1)  # (n, L)
+            s = s.relu() if relu else s
+            logit = (w[b].unsqueeze(-1) * s.reshape(next_n, heads, length)).sum(1)  # (n, L)
             out[b * next_n:(b + 1) * next_n, :length] = logit
             if with_bound:
                 a = (w[b].abs().unsqueeze(-1) * qf[b].abs()).sum(1)              # (n, D)
