@@ -20,11 +20,16 @@ b * q_seq_len, as the problem defines it (one program per query row: sequence = 
 q_seq_len), and kv_indptr is non-decreasing within the cache's rows.
 """
 import logging
-import math
+import os
 
 import torch
 import triton
 import triton.language as tl
+
+try:  # launch hooks (profilers) live here in Triton >= 3.4; without it, no direct launches
+    from triton import knobs
+except ImportError:  # pragma: no cover - depends on the installed Triton
+    knobs = None
 
 from task import input_t, output_t
 
@@ -38,6 +43,9 @@ log = logging.getLogger("mla_submission")
 NUM_HEADS, QK_DIM, V_DIM, ROPE_DIM = 16, 576, 512, 64
 MXFP4_ROW_BYTES, MXFP4_SCALES = QK_DIM // 2, QK_DIM // 32  # 288 packed bytes, 18 E8M0 scales
 
+# Under TRITON_INTERPRET=1 (the CPU tests) inline PTX cannot run: plain Triton ops instead.
+_INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
+
 # KV formats the kernel can read (constexpr FMT).
 FMT_MXFP4, FMT_FP8, FMT_BF16 = 0, 1, 2
 FMT_IDS = {"mxfp4": FMT_MXFP4, "fp8": FMT_FP8, "bf16": FMT_BF16}
@@ -48,18 +56,17 @@ FMT_BYTES_PER_TOKEN = {"mxfp4": MXFP4_ROW_BYTES + MXFP4_SCALES, "fp8": QK_DIM, "
 # PLANS is produced offline by tools/tune_mla.py on an H200 (see tools/NOTES_mla.md) and
 # keyed by (batch_size, kv_seq_len, q_seq_len). Nothing is timed at run time.
 # ----------------------------------------------------------------------------------------
+# Written by `python tools/tune_mla.py --write` on an H200 (timings in tools/NOTES_mla.md).
 PLANS = {
-    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, trans)
-    # From tools/tune_mla.py on an H200 (tools/NOTES_mla.md): bf16 wins once the grid is full,
-    # because the MXFP4 dequantization makes this kernel ALU-bound (see the notes).
-    (4, 1024, 1): ("mxfp4", 32, 16, 4, 2, 0),
-    (4, 8192, 1): ("mxfp4", 64, 33, 8, 2, 0),
-    (32, 1024, 1): ("mxfp4", 64, 4, 8, 2, 0),
-    (32, 8192, 1): ("bf16", 64, 9, 8, 3, 0),
-    (64, 1024, 1): ("mxfp4", 64, 5, 4, 3, 1),
-    (64, 8192, 1): ("bf16", 64, 5, 8, 3, 0),
-    (256, 1024, 1): ("bf16", 64, 2, 8, 3, 0),
-    (256, 8192, 1): ("bf16", 64, 2, 8, 3, 0),
+    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, trans),  # ms
+    (4, 1024, 1): ('bf16', 64, 16, 4, 2, 0),  # 0.0164
+    (4, 8192, 1): ('fp8', 128, 33, 8, 3, 0),  # 0.0320
+    (32, 1024, 1): ('fp8', 128, 4, 8, 3, 0),  # 0.0254
+    (32, 8192, 1): ('bf16', 64, 4, 4, 3, 0),  # 0.0918
+    (64, 1024, 1): ('fp8', 128, 2, 8, 3, 0),  # 0.0358
+    (64, 8192, 1): ('bf16', 64, 2, 4, 3, 0),  # 0.1573
+    (256, 1024, 1): ('bf16', 64, 1, 4, 2, 0),  # 0.0868
+    (256, 8192, 1): ('bf16', 64, 1, 4, 2, 0),  # 0.5547
 }
 
 NUM_SMS = 132               # H200; the rule below only needs a rough count
@@ -68,13 +75,16 @@ MAX_SPLITS = 64
 
 
 BF16_MIN_TOKENS = 1 << 18   # from this many cache rows (batch * kv_seq_len) on, read bf16
+# (block_n, warps, stages, trans) the rule uses per format: the tuned table's winners.
+RULE_KERNEL = {"bf16": (64, 4, 3, 0), "fp8": (128, 8, 3, 0)}
 
 
 def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
-    """Plan from the table, else from the rule: BLOCK_N 64, 8 warps, 3 stages, HMMA orientation;
-    bf16 cache for big problems (>= BF16_MIN_TOKENS rows, where the tuned table reads bf16) and
-    MXFP4 below; enough KV splits that ~2 programs run per SM, but no split shorter than
-    MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
+    """Plan from the table, else from the rule: the bf16 cache for big problems (>=
+    BF16_MIN_TOKENS rows: there every format is bandwidth- or ALU-bound and bf16 is the one
+    this kernel streams at full bandwidth), fp8 below, each with the kernel configuration that
+    won in the table (RULE_KERNEL); enough KV splits that ~2 programs run per SM, but no
+    split shorter than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
     plan = PLANS.get((batch_size, kv_seq_len, q_seq_len))
     if plan is not None:
         return plan
@@ -82,8 +92,9 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
     want = triton.cdiv(2 * NUM_SMS, programs)
     cap = max(1, kv_seq_len // MIN_TOKENS_PER_SPLIT)
     splits = max(1, min(want, cap, MAX_SPLITS))
-    fmt = "bf16" if batch_size * kv_seq_len >= BF16_MIN_TOKENS else "mxfp4"
-    return (fmt, 64, splits, 8, 3, 0)
+    fmt = "bf16" if batch_size * kv_seq_len >= BF16_MIN_TOKENS else "fp8"
+    block_n, warps, stages, trans = RULE_KERNEL[fmt]
+    return (fmt, block_n, splits, warps, stages, trans)
 
 
 # ----------------------------------------------------------------------------------------
@@ -136,15 +147,40 @@ def _mx_decode(pk, s, DOT: tl.constexpr):
     """Packed bytes and per-element scale 2^(e-127) (DOT dtype) -> (low nibble, high nibble)
     values, elementwise. DOT=bf16 uses the PTX above; other dtypes (the CPU interpreter's
     fp16) use plain Triton ops: E2M1 -> e4m3 bits is exact and equals value * 2^-6."""
-    if DOT == tl.bfloat16:
+    if DOT == tl.bfloat16:  # impure on purpose: see _FP8_ASM
         return tl.inline_asm_elementwise(_MX_ASM, "=r,=r,=r,=r,r,r,r", [pk, s],
-                                         dtype=(tl.bfloat16, tl.bfloat16), is_pure=True, pack=4)
+                                         dtype=(tl.bfloat16, tl.bfloat16), is_pure=False, pack=4)
     else:
         lo = pk & 15
         hi = pk >> 4
         lo = (((lo & 8) << 4) | ((lo & 7) << 2)).to(tl.float8e4nv, bitcast=True).to(DOT)
         hi = (((hi & 8) << 4) | ((hi & 7) << 2)).to(tl.float8e4nv, bitcast=True).to(DOT)
         return lo * (s * 64.0), hi * (s * 64.0)
+
+
+# e4m3 -> fp16 on the GPU: one cvt per pair. Like the MXFP4 decode, it is inline asm marked
+# impure so that Triton converts in a layout with wide shared-memory loads and then moves the
+# 16-bit result to the dot operand layout (ldmatrix); as a pure op Triton hoists the layout
+# change above it and reads the 8-bit tile byte by byte in the operand layout (~3x the
+# instructions, and spills).
+_FP8_ASM = tl.constexpr("""
+{
+.reg .b16 lo, hi;
+mov.b32 {lo, hi}, $2;
+cvt.rn.f16x2.e4m3x2 $0, lo;
+cvt.rn.f16x2.e4m3x2 $1, hi;
+}
+""")
+
+
+@triton.jit
+def _fp8_to(x, DOT: tl.constexpr):
+    """e4m3 tile -> DOT (fp16 on the GPU via _FP8_ASM; plain conversion elsewhere)."""
+    if DOT == tl.float16 and not _INTERPRET:
+        return tl.inline_asm_elementwise(_FP8_ASM, "=r,=r,r", [x.to(tl.uint8, bitcast=True)],
+                                         dtype=tl.float16, is_pure=False, pack=4)
+    else:
+        return x.to(DOT)
 
 
 @triton.jit
@@ -197,6 +233,8 @@ def _groups(a, b, NB: tl.constexpr, FMT: tl.constexpr, BN: tl.constexpr, DOT: tl
     """Raw tiles -> the two K groups [BN, NB*16] in the dot dtype."""
     if FMT == 0:
         return _mx_groups(a, b, NB, BN, DOT)
+    elif FMT == 1:
+        return _fp8_to(a, DOT), _fp8_to(b, DOT)
     else:
         return a.to(DOT), b.to(DOT)
 
@@ -208,6 +246,8 @@ def _groups_t(a, b, NB: tl.constexpr, FMT: tl.constexpr, BN: tl.constexpr, DOT: 
     across the softmax, which is what keeps the wgmma variant from spilling."""
     if FMT == 0:
         return _mx_groups_t(a, b, NB, BN, DOT)
+    elif FMT == 1:
+        return tl.trans(_fp8_to(a, DOT)), tl.trans(_fp8_to(b, DOT))
     else:
         return tl.trans(a).to(DOT), tl.trans(b).to(DOT)
 
@@ -244,17 +284,16 @@ def _tile_offs(head_stride: tl.constexpr, cols, TRANS: tl.constexpr):
 
 
 @triton.jit
-def _qk_chunk(q_even, q_odd, a, b, s, NB: tl.constexpr, FMT: tl.constexpr, BN: tl.constexpr,
-              TRANS: tl.constexpr, DOT: tl.constexpr):
-    """s += scores of one raw chunk (two groups). Dequantizing right before its dots keeps
-    only one chunk's bf16 tiles live (all at once made the wgmma variant spill)."""
+def _qk_chunk(q_even, q_odd, a, b, s_even, s_odd, NB: tl.constexpr, FMT: tl.constexpr,
+              BN: tl.constexpr, TRANS: tl.constexpr, DOT: tl.constexpr):
+    """(s_even, s_odd) += scores of one raw chunk's two groups. Two accumulators halve the
+    chain of dependent MMAs per tile. Dequantizing right before its dots keeps only one
+    chunk's bf16 tiles live (all at once made the wgmma variant spill)."""
     k_even, k_odd = _groups(a, b, NB, FMT, BN, DOT)
     if TRANS:
-        s = tl.dot(k_even, q_even, s)
-        return tl.dot(k_odd, q_odd, s)
+        return tl.dot(k_even, q_even, s_even), tl.dot(k_odd, q_odd, s_odd)
     else:
-        s = tl.dot(q_even, tl.trans(k_even), s)
-        return tl.dot(q_odd, tl.trans(k_odd), s)
+        return tl.dot(q_even, tl.trans(k_even), s_even), tl.dot(q_odd, tl.trans(k_odd), s_odd)
 
 
 @triton.jit
@@ -273,13 +312,25 @@ def _pv_chunk(p, a, b, o_even, o_odd, alpha, FMT: tl.constexpr, BN: tl.constexpr
 
 @triton.jit
 def _ld_q(q_row, base: tl.constexpr, half: tl.constexpr, W: tl.constexpr, FMT: tl.constexpr,
-          TRANS: tl.constexpr, DOT: tl.constexpr):
-    return tl.load(q_row + _tile_offs(576, _group_cols(base, half, W, FMT), TRANS)).to(DOT)
+          TRANS: tl.constexpr):
+    return tl.load(q_row + _tile_offs(576, _group_cols(base, half, W, FMT), TRANS)).to(tl.float32)
+
+
+@triton.jit
+def _amax(x):
+    return tl.max(tl.max(tl.abs(x), 1), 0)
+
+
+@triton.jit
+def _pow2(k):
+    """2^k as fp32, exactly, for integer k in [-126, 127]."""
+    return ((k + 127) << 23).to(tl.float32, bitcast=True)
 
 
 @triton.jit
 def _st_o(dst, o, base: tl.constexpr, half: tl.constexpr, FMT: tl.constexpr, TRANS: tl.constexpr):
-    tl.store(dst + _tile_offs(512, _group_cols(base, half, 64, FMT), TRANS), o.to(dst.dtype.element_ty))
+    tl.store(dst + _tile_offs(512, _group_cols(base, half, 64, FMT), TRANS),
+             o.to(dst.dtype.element_ty))
 
 
 @triton.jit(do_not_specialize=["q_seq_len", "num_splits"])
@@ -303,16 +354,39 @@ def _mla_split_kernel(
         qk_scale = qk_scale * out_scale
 
     q_row = q_ptr + pid_q * (16 * 576)
-    q0 = _ld_q(q_row, 0, 0, 64, FMT, TRANS, DOT)
-    q1 = _ld_q(q_row, 0, 1, 64, FMT, TRANS, DOT)
-    q2 = _ld_q(q_row, 128, 0, 64, FMT, TRANS, DOT)
-    q3 = _ld_q(q_row, 128, 1, 64, FMT, TRANS, DOT)
-    q4 = _ld_q(q_row, 256, 0, 64, FMT, TRANS, DOT)
-    q5 = _ld_q(q_row, 256, 1, 64, FMT, TRANS, DOT)
-    q6 = _ld_q(q_row, 384, 0, 64, FMT, TRANS, DOT)
-    q7 = _ld_q(q_row, 384, 1, 64, FMT, TRANS, DOT)
-    qr0 = _ld_q(q_row, 512, 0, 32, FMT, TRANS, DOT)
-    qr1 = _ld_q(q_row, 512, 1, 32, FMT, TRANS, DOT)
+    q0 = _ld_q(q_row, 0, 0, 64, FMT, TRANS)
+    q1 = _ld_q(q_row, 0, 1, 64, FMT, TRANS)
+    q2 = _ld_q(q_row, 128, 0, 64, FMT, TRANS)
+    q3 = _ld_q(q_row, 128, 1, 64, FMT, TRANS)
+    q4 = _ld_q(q_row, 256, 0, 64, FMT, TRANS)
+    q5 = _ld_q(q_row, 256, 1, 64, FMT, TRANS)
+    q6 = _ld_q(q_row, 384, 0, 64, FMT, TRANS)
+    q7 = _ld_q(q_row, 384, 1, 64, FMT, TRANS)
+    qr0 = _ld_q(q_row, 512, 0, 32, FMT, TRANS)
+    qr1 = _ld_q(q_row, 512, 1, 32, FMT, TRANS)
+    q_mult = 1.0
+    if DOT == tl.float16:
+        # fp16 dots (fp8 -> fp16 is one cvt per pair; fp8 -> bf16 is not) have bf16's
+        # precision and more, but not its range: scale q by 2^k so that its largest |value|
+        # lands in [2^14, 2^15), and undo it exactly in the softmax scale.
+        amax = tl.maximum(tl.maximum(_amax(q0), _amax(q1)), tl.maximum(_amax(q2), _amax(q3)))
+        amax = tl.maximum(amax, tl.maximum(tl.maximum(_amax(q4), _amax(q5)),
+                                           tl.maximum(_amax(q6), _amax(q7))))
+        amax = tl.maximum(amax, tl.maximum(_amax(qr0), _amax(qr1)))
+        biased_exp = (amax.to(tl.int32, bitcast=True) >> 23) & 255  # 0 for 0 / subnormal
+        k = tl.minimum(tl.maximum(141 - biased_exp, -126), 126)
+        q_mult = _pow2(k)
+        qk_scale = qk_scale * _pow2(-k)
+    q0 = (q0 * q_mult).to(DOT)
+    q1 = (q1 * q_mult).to(DOT)
+    q2 = (q2 * q_mult).to(DOT)
+    q3 = (q3 * q_mult).to(DOT)
+    q4 = (q4 * q_mult).to(DOT)
+    q5 = (q5 * q_mult).to(DOT)
+    q6 = (q6 * q_mult).to(DOT)
+    q7 = (q7 * q_mult).to(DOT)
+    qr0 = (qr0 * q_mult).to(DOT)
+    qr1 = (qr1 * q_mult).to(DOT)
 
     AX: tl.constexpr = 0 if TRANS else 1  # the KV-row axis of a score tile
     m_i = tl.full([16], float("-inf"), tl.float32)
@@ -329,17 +403,19 @@ def _mla_split_kernel(
     for n in tl.range(start, end, BN, num_stages=STAGES):
         rows = n + tl.arange(0, BN)
         valid = rows < end  # rows past `end` may belong to the next split/sequence
-        s = tl.zeros([BN, 16] if TRANS else [16, BN], tl.float32)
+        s_e = tl.zeros([BN, 16] if TRANS else [16, BN], tl.float32)
+        s_o = tl.zeros_like(s_e)
         a0, b0 = _kv_chunk(kv_desc, scale_ptr, n, rows, valid, 0, FMT)
-        s = _qk_chunk(q0, q1, a0, b0, s, 4, FMT, BN, TRANS, DOT)
+        s_e, s_o = _qk_chunk(q0, q1, a0, b0, s_e, s_o, 4, FMT, BN, TRANS, DOT)
         a1, b1 = _kv_chunk(kv_desc, scale_ptr, n, rows, valid, 1, FMT)
-        s = _qk_chunk(q2, q3, a1, b1, s, 4, FMT, BN, TRANS, DOT)
+        s_e, s_o = _qk_chunk(q2, q3, a1, b1, s_e, s_o, 4, FMT, BN, TRANS, DOT)
         a2, b2 = _kv_chunk(kv_desc, scale_ptr, n, rows, valid, 2, FMT)
-        s = _qk_chunk(q4, q5, a2, b2, s, 4, FMT, BN, TRANS, DOT)
+        s_e, s_o = _qk_chunk(q4, q5, a2, b2, s_e, s_o, 4, FMT, BN, TRANS, DOT)
         a3, b3 = _kv_chunk(kv_desc, scale_ptr, n, rows, valid, 3, FMT)
-        s = _qk_chunk(q6, q7, a3, b3, s, 4, FMT, BN, TRANS, DOT)
+        s_e, s_o = _qk_chunk(q6, q7, a3, b3, s_e, s_o, 4, FMT, BN, TRANS, DOT)
         ar, br = _kv_rope(rope_desc, scale_ptr, n, rows, valid, FMT)
-        s = _qk_chunk(qr0, qr1, ar, br, s, 2, FMT, BN, TRANS, DOT)
+        s_e, s_o = _qk_chunk(qr0, qr1, ar, br, s_e, s_o, 2, FMT, BN, TRANS, DOT)
+        s = s_e + s_o
         s = tl.where(_rows_b(valid, TRANS), s * qk_scale, float("-inf"))  # log2 domain
 
         m_new = tl.maximum(m_i, tl.max(s, AX))  # finite: every tile has a valid row
@@ -397,27 +473,24 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
 
 
 # ----------------------------------------------------------------------------------------
-# Host path.
+# Host path. The benchmark's L2 flush hides only ~35 us of host time, and Triton's own launch
+# path (argument binding, a Python walk over the arguments to encode tensor descriptors, a
+# driver call per pointer) costs more than that per launch on the H200 test VM. So:
+#   * the first call of an input signature validates the input (_fast_path_problem), picks
+#     the plan, launches through Triton's JIT (which compiles) and caches a _Route;
+#   * later calls with that signature run the route: two C-launcher calls with arguments
+#     expanded once, pointers passed as ints, descriptors encoded from stored parameters.
+# The signature holds every property that the checks, Triton's specialization and the route
+# depend on (shapes, strides, dtypes, devices, 16-byte alignment, config); never a tensor's
+# identity or contents. A route is verified bitwise against Triton's launch when it is made.
 # ----------------------------------------------------------------------------------------
 _logged_reasons = set()
 _capability = {}
+# input signature -> _Route; False: validated, use Triton's launch path; a str: why the
+# reference runs instead (the plan's kernels failed to launch, e.g. out of shared memory)
+_routes = {}
 _scratch = {}  # (total_q, splits, device) -> (partial O, partial lse); never keyed by data
-_compiled = {}  # (kernel, constexprs, launch options, device) -> CompiledKernel (code only)
-
-
-def _run(kernel, grid, args, consts, num_warps, num_stages, device):
-    """Launch `kernel`. The first launch of a configuration goes through Triton's JIT (which
-    compiles it); later ones call the compiled kernel directly, skipping the JIT's argument
-    binding and cache lookup (a large share of a small shape's time). That is only sound
-    because nothing else would change Triton's specialization: every pointer is checked to
-    be 16-byte aligned (_fast_path_problem; scratch and outputs are fresh allocations) and
-    the integer arguments are marked do_not_specialize."""
-    key = (kernel.__name__, tuple(consts.items()), num_warps, num_stages, device)
-    ck = _compiled.get(key)
-    if ck is None:
-        _compiled[key] = kernel[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages)
-    else:
-        ck[grid](*args, *consts.values())
+_compiled = {}  # (kernel, constexprs, warps, stages, device) -> CompiledKernel: code, for tools
 
 
 def _fall_back(data: input_t, reason: str) -> output_t:
@@ -445,6 +518,8 @@ def _fast_path_problem(q, kv_data, qo_indptr, kv_indptr, config, fmt):
         cap = _capability[dev.index] = torch.cuda.get_device_capability(dev)
     if cap != (9, 0):
         return f"GPU capability {cap} is not sm_90"
+    if dev.index != torch.cuda.current_device():
+        return f"inputs are on {dev}, not on the current CUDA device"
     if config.get("num_heads") != NUM_HEADS or config.get("num_kv_heads") != 1 \
             or config.get("qk_head_dim") != QK_DIM or config.get("v_head_dim") != V_DIM \
             or config.get("kv_lora_rank") != V_DIM or config.get("qk_rope_head_dim") != ROPE_DIM:
@@ -456,8 +531,13 @@ def _fast_path_problem(q, kv_data, qo_indptr, kv_indptr, config, fmt):
         return "q is not a contiguous (batch*q_seq_len, 16, 576) bf16 tensor"
     if not _is_contig_on(kv_indptr, dev, torch.int32, (batch + 1,)):
         return "kv_indptr is not a contiguous int32 (batch+1,) tensor on q's device"
+    if not isinstance(config.get("sm_scale"), (int, float)):
+        return "config['sm_scale'] is not a number"
     if fmt not in kv_data:
         return f"kv_data has no {fmt} cache"
+    cache = _cache_and_scales(kv_data, fmt)[0]
+    if not isinstance(cache, torch.Tensor) or cache.dim() == 0 or cache.shape[0] == 0:
+        return f"the {fmt} cache is empty or not a tensor"
     if fmt == "mxfp4":
         packed, scales = kv_data["mxfp4"]
         total_kv = packed.shape[0]
@@ -480,51 +560,219 @@ def _fast_path_problem(q, kv_data, qo_indptr, kv_indptr, config, fmt):
     return None
 
 
-def _launch(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
-    """Runs the kernels; no syncs and no allocation besides the output (scratch is cached).
-    dot_dtype: tl.bfloat16 on the GPU (default); the CPU tests pass tl.float16 because the
+def _cache_and_scales(kv_data, fmt):
+    """(the cache tensor TMA reads, the tensor behind the kernel's scale_ptr)."""
+    if fmt == "bf16":
+        kv = kv_data["bf16"]
+        return kv, kv  # scale_ptr unused
+    return kv_data[fmt]  # mxfp4: E8M0 bytes (plain loads); fp8: the per-tensor fp32 scale
+
+
+def _dot_dtype(fmt):
+    """fp8 is widened to fp16 (one cvt per pair; the kernel rescales q into fp16's range);
+    MXFP4 is decoded to bf16 (its block scales span fp32's range) and bf16 stays bf16."""
+    return tl.float16 if fmt == "fp8" else tl.bfloat16
+
+
+def _scratch_for(total_q, splits, dev):
+    key = (total_q, splits, dev)
+    scratch = _scratch.get(key)
+    if scratch is None:
+        scratch = _scratch[key] = (
+            torch.empty((total_q, splits, NUM_HEADS, V_DIM), dtype=torch.float32, device=dev),
+            torch.empty((total_q, splits, NUM_HEADS), dtype=torch.float32, device=dev))
+    return scratch
+
+
+def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
+    """Runs the kernels through Triton's JIT (compiling on first use): -> (out, split kernel,
+    combine kernel or None) as CompiledKernels. No syncs; no allocation besides the output.
+    dot_dtype: by format on the GPU (_dot_dtype); the CPU tests pass tl.float16 because the
     Triton interpreter's bf16 dots are wrong (the MXFP4 decode then uses plain Triton ops)."""
     fmt, block_n, splits, warps, stages, trans = plan
     total_q = q.shape[0]
     dev = q.device
-    if fmt == "mxfp4":
-        base, scales = kv_data["mxfp4"]  # scales: E8M0 bytes, read with plain loads
-    elif fmt == "fp8":
-        base, scales = kv_data["fp8"]    # scales: the per-tensor fp32 scale
-    else:
-        base = scales = kv_data["bf16"]  # scales: unused
+    base, scales = _cache_and_scales(kv_data, fmt)
     row = base.shape[-1]
     total_kv = base.shape[0]
     kv_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 64])
     rope_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 32])
     out = torch.empty((total_q, NUM_HEADS, V_DIM), dtype=torch.bfloat16, device=dev)
+    # scratch for the split partials; unused (any valid pointer) with one split
+    part_o, part_lse = _scratch_for(total_q, splits, dev) if splits > 1 else (out, out)
+    dot = dot_dtype if dot_dtype is not None else _dot_dtype(fmt)
+    split_ck = _mla_split_kernel[(total_q, splits, 1)](
+        q, out, kv_desc, rope_desc, scales, kv_indptr, part_o, part_lse,
+        config["sm_scale"] * 1.4426950408889634, config["q_seq_len"], splits,
+        FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=trans, DOT=dot,
+        num_warps=warps, num_stages=stages)
+    consts = (("FMT", FMT_IDS[fmt]), ("BN", block_n), ("SPLIT", splits > 1), ("STAGES", stages),
+              ("TRANS", trans), ("DOT", dot))
+    _compiled[("_mla_split_kernel", consts, warps, stages, dev)] = split_ck
+    combine_ck = None
     if splits > 1:
-        key = (total_q, splits, dev)
-        scratch = _scratch.get(key)
-        if scratch is None:
-            scratch = _scratch[key] = (
-                torch.empty((total_q, splits, NUM_HEADS, V_DIM), dtype=torch.float32, device=dev),
-                torch.empty((total_q, splits, NUM_HEADS), dtype=torch.float32, device=dev))
-        part_o, part_lse = scratch
+        combine_ck = _mla_combine_kernel[(total_q, 4, 1)](
+            part_o, part_lse, out, splits, SPLITS_P2=triton.next_power_of_2(splits), BD=128,
+            num_warps=4, num_stages=3)
+        consts = (("SPLITS_P2", triton.next_power_of_2(splits)), ("BD", 128))
+        _compiled[("_mla_combine_kernel", consts, 4, 3, dev)] = combine_ck
+    return out, split_ck, combine_ck
+
+
+def _launch(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
+    """Output of the plan's kernels launched through Triton's JIT (see _launch_jit)."""
+    return _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype)[0]
+
+
+class _DirectLaunch:
+    """A CompiledKernel launched through Triton's C launcher (the module its Python launcher
+    wraps) with arguments the caller expands: tensor descriptors as (CUtensorMap, shape...,
+    strides...) and pointers as ints, which skips the per-pointer driver check (the route's
+    signature already pins device, dtype and alignment). Built from Triton 3.x internals;
+    _Route verifies the result bitwise against Triton's own launch before it is used."""
+
+    def __init__(self, ck):
+        from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+        ck._init_handles()
+        runner = ck.run
+        if runner.global_scratch_size or runner.profile_scratch_size:
+            raise RuntimeError("the kernel needs launcher-allocated scratch")
+        launch = runner.launch
+        closure = getattr(launch, "__closure__", None)
+        if closure:  # wrap_handle_tensordesc's Python wrapper: take the C launcher it wraps
+            launch = dict(zip(launch.__code__.co_freevars, closure))["launcher"].cell_contents
+        self.launch = launch
+        # The C launcher's fixed head: function, cooperative, pdl, global/profile scratch,
+        # kernel metadata, launch metadata, enter/exit hooks (custom_kernel checks for hooks).
+        self.head = (ck.function, bool(runner.launch_cooperative_grid), bool(runner.launch_pdl),
+                     None, None, ck.packed_metadata, None, None, None)
+        self.tma = []  # per descriptor argument: fill_tma_descriptor's leading parameters
+        for m in getattr(ck.metadata, "tensordesc_meta", None) or []:
+            if m.get("fp4_padded"):
+                raise RuntimeError("fp4-padded descriptors are not handled")
+            self.tma.append((m["swizzle"], m["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[m["elem_type"]],
+                             m["block_size"]))
+
+
+class _Route:
+    """One input signature's launch: direct launches of its compiled kernels, the descriptor
+    parameters, grids and split scratch, all fixed by the signature."""
+
+    def __init__(self, q, kv_data, config, plan, split_ck, combine_ck):
+        fmt, block_n, splits, warps, stages, trans = plan
+        base, _ = _cache_and_scales(kv_data, fmt)
+        self.fmt, self.splits = fmt, splits
+        self.total_q = q.shape[0]
+        self.device = q.device
+        self.stream_of = triton.runtime.driver.active.get_current_stream
+        self.fill_tma = triton.runtime.driver.active.utils.fill_tma_descriptor
+        self.split = _DirectLaunch(split_ck)
+        if len(self.split.tma) != 2:
+            raise RuntimeError("the split kernel's descriptors were not lowered to TMA")
+        self.row = base.shape[-1]
+        self.qk_scale, self.q_seq_len = config["sm_scale"] * 1.4426950408889634, config["q_seq_len"]
+        self.split_consts = (FMT_IDS[fmt], block_n, splits > 1, stages, trans, _dot_dtype(fmt))
+        self.scratch = _scratch_for(self.total_q, splits, self.device) if splits > 1 else None
+        self.part_ptrs = ((self.scratch[0].data_ptr(), self.scratch[1].data_ptr())
+                          if self.scratch else (0, 0))
+        self.combine = _DirectLaunch(combine_ck) if combine_ck is not None else None
+        self.combine_consts = (triton.next_power_of_2(splits), 128)
+
+    def __call__(self, q, kv_data, kv_indptr):
+        base, scales = _cache_and_scales(kv_data, self.fmt)
+        out = torch.empty((self.total_q, NUM_HEADS, V_DIM), dtype=torch.bfloat16,
+                          device=self.device)
+        stream = self.stream_of(self.device.index)
+        ptr, out_ptr, row = base.data_ptr(), out.data_ptr(), self.row
+        # The cache's token count is not in the signature (ragged batches change it): the
+        # descriptors' shape comes from this call's cache.
+        shape, strides = [base.shape[0], row], [row, 1]
+        dims = (base.shape[0], row, row, 1)
+        kv_tma, rope_tma = self.split.tma
+        split, part_o, part_lse = self.split, *self.part_ptrs
+        split.launch(self.total_q, self.splits, 1, stream, *split.head,
+                     q.data_ptr(), out_ptr,
+                     self.fill_tma(ptr, *kv_tma, shape, strides, 0), *dims,
+                     self.fill_tma(ptr, *rope_tma, shape, strides, 0), *dims,
+                     scales.data_ptr(), kv_indptr.data_ptr(), part_o, part_lse,
+                     self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
+        combine = self.combine
+        if combine is not None:
+            combine.launch(self.total_q, 4, 1, stream, *combine.head,
+                           part_o, part_lse, out_ptr, self.splits, *self.combine_consts)
+        return out
+
+
+def _launch_hooked():
+    """A profiler's launch hook is set (or this Triton has no knobs): use Triton's launch path,
+    which calls the hooks; direct launches would skip them. Triton 3.6's hooks are HookChains
+    (empty when unset); older ones are None or a callable."""
+    if knobs is None:
+        return True
+    enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    return bool(getattr(enter, "calls", enter)) or bool(getattr(exit_, "calls", exit_))
+
+
+def _signature(q, kv_data, kv_indptr, config, fmt):
+    """Everything the checks, Triton's specialization and a route depend on, except the cache's
+    token count (a route reads it per call): a ragged batch's total length changes per input."""
+    base, scales = _cache_and_scales(kv_data, fmt)
+    if fmt == "mxfp4":  # (N, 18) E8M0 bytes: N must match the packed cache's
+        scale_layout = (scales.shape[0] == base.shape[0], scales.shape[1:])
+    elif fmt == "fp8":  # the per-tensor scale
+        scale_layout = scales.shape
     else:
-        part_o = part_lse = out  # unused
-    dot = dot_dtype if dot_dtype is not None else tl.bfloat16
-    _run(_mla_split_kernel, (total_q, splits, 1),
-         (q, out, kv_desc, rope_desc, scales, kv_indptr, part_o, part_lse,
-          config["sm_scale"] * 1.4426950408889634, config["q_seq_len"], splits),
-         dict(FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=trans, DOT=dot),
-         warps, stages, dev)
-    if splits > 1:
-        _run(_mla_combine_kernel, (total_q, 4, 1), (part_o, part_lse, out, splits),
-             dict(SPLITS_P2=triton.next_power_of_2(splits), BD=128), 4, 3, dev)
-    return out
+        scale_layout = None
+    return (fmt, tuple(config.items()),
+            q.shape, q.stride(), q.dtype, q.device,
+            kv_indptr.shape, kv_indptr.stride(), kv_indptr.dtype, kv_indptr.device,
+            base.shape[0] > 0, base.shape[1:], base.stride(), base.dtype, base.device,
+            scale_layout, scales.stride(), scales.dtype, scales.device,
+            (q.data_ptr() | kv_indptr.data_ptr() | base.data_ptr() | scales.data_ptr()) & 15)
+
+
+def _make_route(q, kv_data, kv_indptr, config, plan):
+    """(route or False, this call's output): launch through Triton's JIT, then build the route
+    and check that it reproduces that output bit for bit (one sync, once per signature)."""
+    out, split_ck, combine_ck = _launch_jit(q, kv_data, kv_indptr, config, plan)
+    try:
+        route = _Route(q, kv_data, config, plan, split_ck, combine_ck)
+        if not torch.equal(route(q, kv_data, kv_indptr), out):
+            raise RuntimeError("its output differs from Triton's launch")
+    except Exception as exc:  # Triton's internals moved: Triton's own launch path from now on
+        reason = f"direct launch off for this input signature ({type(exc).__name__}: {exc})"
+        if reason not in _logged_reasons:
+            _logged_reasons.add(reason)
+            log.warning("MLA %s", reason)
+        route = False
+    return route, out
 
 
 def custom_kernel(data: input_t) -> output_t:
     q, kv_data, qo_indptr, kv_indptr, config = data
-    plan = plan_for(config.get("batch_size", 0), config.get("kv_seq_len", 0),
-                    config.get("q_seq_len", 0))
-    reason = _fast_path_problem(q, kv_data, qo_indptr, kv_indptr, config, plan[0])
-    if reason is not None:
+    try:
+        plan = plan_for(config["batch_size"], config["kv_seq_len"], config["q_seq_len"])
+        key = _signature(q, kv_data, kv_indptr, config, plan[0])
+        route = _routes.get(key)
+    except Exception:  # not the expected input types: the checks below say what is wrong
+        key = route = None
+    if isinstance(route, _Route) and not _launch_hooked():
+        return route(q, kv_data, kv_indptr)
+    if isinstance(route, str):  # this signature's plan cannot launch here
+        return _fall_back(data, route)
+    if route is None:
+        plan = plan_for(config.get("batch_size", 0), config.get("kv_seq_len", 0),
+                        config.get("q_seq_len", 0))
+        reason = _fast_path_problem(q, kv_data, qo_indptr, kv_indptr, config, plan[0])
+        if reason is not None:
+            return _fall_back(data, reason)
+    try:
+        if route is None and key is not None and not _launch_hooked():
+            _routes[key], out = _make_route(q, kv_data, kv_indptr, config, plan)
+            return out
+        return _launch(q, kv_data, kv_indptr, config, plan)  # validated: hook set, or no route
+    except Exception as exc:  # the plan's kernels cannot run here (e.g. out of shared memory)
+        reason = f"plan {plan} failed to launch ({type(exc).__name__}: {str(exc)[:200]})"
+        if key is not None:
+            _routes[key] = reason
         return _fall_back(data, reason)
-    return _launch(q, kv_data, kv_indptr, config, plan)

@@ -259,6 +259,63 @@ def test_fallback_logs_once_and_is_exact(mods, case, capsys):
     assert torch.equal(out, ref.ref_kernel(case)) and torch.equal(out2, out)
 
 
+def test_signature_ignores_identity_and_values_but_not_layout(mods):
+    ref, sub = mods
+    a = ref.generate_input(batch=4, next_n=1, context=300, seed=1, random=1)
+    b = ref.generate_input(batch=4, next_n=1, context=300, seed=2, random=1)
+    assert a[1]["fp8"].shape[0] != b[1]["fp8"].shape[0]  # random lengths: other block counts
+    assert sub._signature(a) == sub._signature(b)  # which the launch reads per call
+    q, kv, w, cl, bt, L = a
+    assert sub._signature((q, kv, w, cl, bt, L + 64)) != sub._signature(a)
+    wt = w.t().contiguous().t()  # same shape, other strides
+    assert sub._signature((q, kv, wt, cl, bt, L)) != sub._signature(a)
+
+
+def test_dispatch_and_launch_failures(mods, monkeypatch, capsys):
+    """Dispatch alone (GPU parts faked): an entry per signature, reused for other tensors of that
+    signature; a kernel that cannot launch falls back to the reference, once per signature."""
+    ref, sub = mods
+
+    class FakeEntry(sub._Entry):
+        def __init__(self):
+            pass
+
+        def __call__(self, data):
+            return "entry"
+    made = []
+    monkeypatch.setattr(sub, "_FAST", {})
+    monkeypatch.setattr(sub, "route", lambda data: (True, "ok"))
+    monkeypatch.setattr(sub, "_make_entry", lambda data: made.append(1) or (FakeEntry(), "first call"))
+    a = ref.generate_input(batch=2, next_n=1, context=100, seed=1, random=0)
+    b = ref.generate_input(batch=2, next_n=1, context=100, seed=2, random=0)
+    assert sub.custom_kernel(a) == "first call" and sub.custom_kernel(b) == "entry" and len(made) == 1
+
+    def out_of_smem(data):
+        made.append(1)
+        raise RuntimeError("out of resource: shared memory")
+    monkeypatch.setattr(sub, "_FAST", {})
+    monkeypatch.setattr(sub, "_make_entry", out_of_smem)
+    sub._LOGGED.clear()
+    out1, out2 = sub.custom_kernel(a), sub.custom_kernel(a)
+    assert torch.equal(out1, ref.ref_kernel(a)) and torch.equal(out2, out1) and len(made) == 2
+    assert capsys.readouterr().err.count("shared memory") == 1
+
+
+def test_launch_hooks_turn_direct_launches_off(mods):
+    ref, sub = mods
+    knobs = pytest.importorskip("triton").knobs
+    assert not sub._launch_hooked()
+
+    def hook(*args):
+        pass
+    knobs.runtime.launch_exit_hook.add(hook)
+    try:
+        assert sub._launch_hooked()
+    finally:
+        knobs.runtime.launch_exit_hook.remove(hook)
+    assert not sub._launch_hooked()
+
+
 def test_plans_cover_benchmarks(mods):
     """Every benchmark shape has a plan; plans are well formed."""
     import yaml

@@ -24,7 +24,7 @@ def test_plan_table_entries_are_used_and_well_formed():
     for key, plan in S.PLANS.items():
         assert S.plan_for(*key) == plan
         fmt, bn, splits, warps, stages, trans = plan
-        assert fmt in S.FMT_IDS and bn in (32, 64) and splits >= 1
+        assert fmt in S.FMT_IDS and bn in (32, 64, 128) and splits >= 1
         assert warps in (4, 8) and stages >= 2 and trans in (0, 1)
 
 
@@ -39,8 +39,8 @@ def test_benchmark_shapes_are_all_planned():
 def test_rule_for_unplanned_shapes(batch, kv, q):
     assert (batch, kv, q) not in S.PLANS
     fmt, bn, splits, warps, stages, trans = S.plan_for(batch, kv, q)
-    assert fmt == ("bf16" if batch * kv >= S.BF16_MIN_TOKENS else "mxfp4")
-    assert (bn, warps, stages, trans) == (64, 8, 3, 0)
+    assert fmt == ("bf16" if batch * kv >= S.BF16_MIN_TOKENS else "fp8")
+    assert (bn, warps, stages, trans) == S.RULE_KERNEL[fmt]
     assert 1 <= splits <= S.MAX_SPLITS
     assert splits <= max(1, kv // S.MIN_TOKENS_PER_SPLIT)  # no split shorter than the minimum
     if splits > 1:  # splits only while the grid is not yet ~2 programs per SM
@@ -72,6 +72,76 @@ def test_fast_path_reasons():
         assert "tensor descriptors" in S._fast_path_problem(q, kv_data, qo, kvp, cfg, "mxfp4")
     finally:
         S.TensorDescriptor = saved
+
+
+# ---------------------------------------------------------------------------- launch cache
+def test_signature_ignores_identity_and_values_but_not_layout():
+    a = reference.generate_input(4, 1, 64, 1, ragged=1)
+    b = reference.generate_input(4, 1, 64, 2, ragged=1)  # other tensors, values and total length
+    assert a[3][-1] != b[3][-1]
+    plan = S.plan_for(4, 64, 1)
+    sig = S._signature(a[0], a[1], a[3], a[4], plan[0])
+    assert sig == S._signature(b[0], b[1], b[3], b[4], plan[0])
+    for fmt in ("mxfp4", "fp8", "bf16"):
+        assert S._signature(a[0], a[1], a[3], a[4], fmt) == S._signature(b[0], b[1], b[3], b[4], fmt)
+    q_t = a[0].transpose(0, 1).contiguous().transpose(0, 1)  # same shape, other strides
+    assert S._signature(q_t, a[1], a[3], a[4], plan[0]) != sig
+    cfg = dict(a[4], sm_scale=0.5)
+    assert S._signature(a[0], a[1], a[3], cfg, plan[0]) != sig
+    assert S._signature(a[0].to(torch.float16), a[1], a[3], a[4], plan[0]) != sig
+
+
+def test_dispatch_uses_the_route_of_the_signature(monkeypatch):
+    """First call of a signature builds a route; later calls with other tensors of that
+    signature run it (the GPU parts are faked: this is the dispatch logic alone)."""
+    class FakeRoute(S._Route):
+        def __init__(self):
+            pass
+
+        def __call__(self, q, kv_data, kv_indptr):
+            return "routed"
+    made = []
+    monkeypatch.setattr(S, "_routes", {})
+    monkeypatch.setattr(S, "_fast_path_problem", lambda *a: None)
+    monkeypatch.setattr(S, "_make_route", lambda *a: made.append(1) or (FakeRoute(), "first call"))
+    assert S.custom_kernel(reference.generate_input(2, 1, 64, 3)) == "first call"
+    assert S.custom_kernel(reference.generate_input(2, 1, 64, 4)) == "routed"
+    assert S.custom_kernel(reference.generate_input(2, 1, 128, 4)) == "first call"  # new shape
+    assert len(made) == 2
+
+
+def test_a_plan_that_cannot_launch_falls_back_once(monkeypatch, caplog):
+    tries = []
+
+    def out_of_smem(*args):
+        tries.append(1)
+        raise RuntimeError("out of resource: shared memory")
+    monkeypatch.setattr(S, "_routes", {})
+    monkeypatch.setattr(S, "_fast_path_problem", lambda *a: None)
+    monkeypatch.setattr(S, "_make_route", out_of_smem)
+    S._logged_reasons.clear()
+    data = reference.generate_input(2, 1, 64, 3)
+    with caplog.at_level("WARNING", logger="mla_submission"):
+        out1 = S.custom_kernel(data)
+        out2 = S.custom_kernel(data)
+    expected = reference.ref_kernel(data)
+    assert torch.equal(out1, expected) and torch.equal(out2, expected)
+    assert len(tries) == 1  # the failure is remembered for the signature
+    assert sum("shared memory" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_launch_hooks_turn_direct_launches_off():
+    knobs = pytest.importorskip("triton").knobs
+    assert not S._launch_hooked()  # Triton 3.6: empty HookChains
+
+    def hook(*args):
+        pass
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert S._launch_hooked()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert not S._launch_hooked()
 
 
 # ---------------------------------------------------------------------------- kernels (interpreter)
@@ -116,9 +186,10 @@ _INTERP_SCRIPT = textwrap.dedent(r'''
         return out
 
     results = []
-    for batch, qlen, kv, ragged, seed, plan in json.loads(sys.argv[2]):
+    for batch, qlen, kv, ragged, seed, plan, q_gain in json.loads(sys.argv[2]):
         data = R.generate_input(batch, qlen, kv, seed, ragged)
         q, kvd, qo, kvp, cfg = data
+        q = q * q_gain  # a power of two: exact in bf16
         out = S._launch(q, kvd, kvp, cfg, tuple(plan), dot_dtype=tl.float16)
         ref = attention(q, cache(kvd, plan[0]), kvp.tolist(), qlen, cfg["sm_scale"])
         err = ((out.double() - ref).norm() / ref.norm()).item()
@@ -126,17 +197,20 @@ _INTERP_SCRIPT = textwrap.dedent(r'''
     print(json.dumps(results))
 ''')
 
-# (batch, q_seq_len, kv_seq_len, ragged, seed, plan). Ragged lengths start with a length-1
-# sequence and are rarely multiples of BLOCK_N; splits > 1 exercise the combine kernel, also
-# with empty splits (a length-1 sequence split 3 ways).
+# (batch, q_seq_len, kv_seq_len, ragged, seed, plan, q gain). Ragged lengths start with a
+# length-1 sequence and are rarely multiples of BLOCK_N; splits > 1 exercise the combine kernel,
+# also with empty splits (a length-1 sequence split 3 ways). The q gains 2^20 and 2^-20 put q
+# outside fp16's range: the kernel must rescale it (fp8 reads use fp16 dots).
 _CASES = [
-    (3, 1, 40, 1, 0, ("mxfp4", 16, 1, 4, 2, 0)),
-    (3, 2, 30, 1, 1, ("mxfp4", 16, 3, 4, 2, 1)),
-    (2, 1, 50, 0, 2, ("mxfp4", 32, 2, 4, 2, 0)),
-    (3, 1, 30, 1, 3, ("fp8", 16, 2, 4, 2, 0)),
-    (2, 4, 20, 1, 4, ("fp8", 16, 1, 4, 2, 1)),
-    (3, 1, 25, 1, 5, ("bf16", 16, 3, 4, 2, 0)),
-    (2, 1, 45, 0, 6, ("bf16", 16, 2, 4, 2, 1)),
+    (3, 1, 40, 1, 0, ("mxfp4", 16, 1, 4, 2, 0), 1),
+    (3, 2, 30, 1, 1, ("mxfp4", 16, 3, 4, 2, 1), 1),
+    (2, 1, 50, 0, 2, ("mxfp4", 32, 2, 4, 2, 0), 1),
+    (3, 1, 30, 1, 3, ("fp8", 16, 2, 4, 2, 0), 1),
+    (2, 4, 20, 1, 4, ("fp8", 16, 1, 4, 2, 1), 1),
+    (2, 1, 30, 1, 7, ("fp8", 16, 2, 4, 2, 0), 2.0 ** 20),
+    (2, 1, 30, 1, 8, ("fp8", 16, 1, 4, 2, 1), 2.0 ** -20),
+    (3, 1, 25, 1, 5, ("bf16", 16, 3, 4, 2, 0), 1),
+    (2, 1, 45, 0, 6, ("bf16", 16, 2, 4, 2, 1), 1),
 ]
 
 

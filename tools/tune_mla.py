@@ -3,7 +3,9 @@ candidate plans (L2 flushed, as in bench_mla.py), reject any whose output is off
 L2 error > 0.02 against exact fp32 attention over the format read), and print the fastest as
 a PLANS table to paste into submission.py. Writes every measurement to --log.
 
-    python tools/tune_mla.py [--log tools/tune_mla_log.md]
+    python tools/tune_mla.py [--log tools/tune_mla_log.md] [--write]
+
+--write replaces the PLANS table in submission.py with the result (review the diff).
 """
 import argparse
 import os
@@ -18,8 +20,9 @@ sys.path.insert(0, ROOT)
 import reference as R  # noqa: E402
 import submission as S  # noqa: E402
 
-# (block_n, num_warps, trans): HMMA orientation with 8 warps, wgmma orientation with 4.
-KERNELS = [(64, 8, 0), (32, 4, 0), (64, 4, 1)]
+# (block_n, num_warps, trans): HMMA orientation with 8 or 4 warps, wgmma orientation with 4.
+# Configurations that do not fit (shared memory) fail to compile and are skipped.
+KERNELS = [(64, 8, 0), (32, 4, 0), (64, 4, 1), (128, 8, 0), (64, 4, 0)]
 STAGES = (2, 3)
 
 
@@ -27,31 +30,49 @@ def candidates(batch, kv, qlen):
     programs = batch * qlen
     want = max(1, -(-2 * S.NUM_SMS // programs))
     splits = sorted({max(1, min(s, S.MAX_SPLITS, kv // 64)) for s in (want // 2, want, want * 2, 1)})
-    for bn, warps, trans in KERNELS:
-        for stages in STAGES:
-            for sp in splits:
-                yield ("mxfp4", bn, sp, warps, stages, trans)
-    for fmt in ("fp8", "bf16"):  # other formats at one kernel config, for the record
-        yield (fmt, 64, splits[len(splits) // 2], 8, 3, 0)
+    for fmt in ("mxfp4", "fp8", "bf16"):
+        for bn, warps, trans in KERNELS:
+            for stages in STAGES:
+                for sp in splits:
+                    yield (fmt, bn, sp, warps, stages, trans)
+
+
+def write_plans(table):
+    """Replace submission.py's PLANS = {...} block (up to its closing brace) with `table`."""
+    path = os.path.join(ROOT, "submission.py")
+    lines = open(path).read().split("\n")
+    start = lines.index("PLANS = {")
+    end = lines.index("}", start)
+    lines[start:end + 1] = table
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+    print(f"wrote {len(table) - 3} plans into {path}")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--log", default=os.path.join(ROOT, "tools", "tune_mla_log.md"))
     ap.add_argument("--reps", type=int, default=25)
+    ap.add_argument("--write", action="store_true", help="write the table into submission.py")
+    ap.add_argument("--kernels", default=None,
+                    help="only these (block_n,warps,trans) kernels, e.g. '64,4,0 128,8,0'")
     args = ap.parse_args()
+    if args.kernels:
+        KERNELS[:] = [tuple(int(x) for x in k.split(",")) for k in args.kernels.split()]
     best = {}
     log = ["| batch | kv | plan | rel L2 | ms |", "|---|---|---|---|---|"]
     for batch, kv, qlen in SHAPES:
         data = R.generate_input(batch, qlen, kv, 99)
         q, kv_data, qo, kvp, cfg = data
         for plan in candidates(batch, kv, qlen):
-            try:
-                S._launch(q, kv_data, kvp, cfg, plan)  # compile (JIT path)
-                out = S._launch(q, kv_data, kvp, cfg, plan)  # direct launch path
+            try:  # time the route custom_kernel would run (direct launches)
+                route, _ = S._make_route(q, kv_data, kvp, cfg, plan)  # compiles, checks bitwise
+                if not route:
+                    raise RuntimeError("no direct route (see the log)")
+                out = route(q, kv_data, kvp)
                 torch.cuda.synchronize()
                 err = rel_err(data, out, plan[0])
-                ms = time_call(lambda: S._launch(q, kv_data, kvp, cfg, plan), args.reps) \
+                ms = time_call(lambda: route(q, kv_data, kvp), args.reps) \
                     if err < 0.02 else float("inf")
             except Exception as e:  # a config that fails to compile is just skipped
                 err, ms = float("nan"), float("inf")
@@ -63,11 +84,13 @@ def main():
         del data
     with open(args.log, "w") as f:
         f.write("\n".join(log) + "\n")
-    print("\nPLANS = {")
-    print("    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, trans)  # ms")
-    for key, (ms, plan) in best.items():
-        print(f"    {key}: {plan},  # {ms:.4f}")
-    print("}")
+    table = ["PLANS = {",
+             "    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, trans),  # ms"]
+    table += [f"    {key}: {plan},  # {ms:.4f}" for key, (ms, plan) in best.items()]
+    table.append("}")
+    print("\n" + "\n".join(table))
+    if args.write:
+        write_plans(table)
     try:  # which variants got TMA / wgmma, and their register use
         from bench_mla import sass_counts
         for name, c in sass_counts().items():

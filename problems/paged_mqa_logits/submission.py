@@ -13,9 +13,9 @@ x per-token scale, causal mask) writes each row's 64 logits once. Pages past the
 -inf by the same program, so the whole (rows, max_model_len) output is written exactly once, by this
 one kernel. Per-shape plans (PLANS) pick the chunk, pipeline depth and which loads use TMA.
 
-Host path: the first call of an input signature routes, compiles through Triton's JIT and caches the
-compiled kernel; later calls launch it directly (_fast_launch), since host time the benchmark's L2
-flush does not hide is counted.
+Host path: the first call of an input signature routes, compiles through Triton's JIT and caches an
+_Entry; later calls launch the compiled kernel through Triton's C launcher with pre-expanded arguments
+(_DirectLaunch), since host time the benchmark's L2 flush does not hide is counted.
 
 Falls back to the reference (one log line with the reason) without CUDA, off sm_90, when Triton
 lacks tensor descriptors, or when the input breaks a layout assumption.
@@ -179,18 +179,11 @@ def route(data: input_t, require_cuda: bool = True):
         return False, f"max_model_len = {max_model_len!r}"
     if block_tables.shape[1] * BLOCK < max_model_len:
         return False, "block_tables has fewer than max_model_len / 64 pages"
+    if kv.shape[0] == 0:
+        return False, "kv_cache['fp8'] has no blocks"
     if kv.shape[0] * ROWS_PER_BLOCK >= 2 ** 31 or qf.numel() >= 2 ** 31:
         return False, "cache or q too large for 32-bit row coordinates / offsets"
     return True, "ok"
-
-
-class _Desc:
-    """What Triton's launcher reads from a host TensorDescriptor (base.data_ptr(), shape, strides,
-    padding), without TensorDescriptor's per-call validation; used on the cached fast path only."""
-    __slots__ = ("base", "shape", "strides", "block_shape", "padding")
-
-    def __init__(self, base, shape, strides, block_shape):
-        self.base, self.shape, self.strides, self.block_shape, self.padding = base, shape, strides, block_shape, "zero"
 
 
 def _descriptors(data, next_n, q_tma=1, kv_tma=1, scale_tma=1):
@@ -228,81 +221,168 @@ def launch_fp8(data: input_t, plan=None) -> torch.Tensor:
     return out
 
 
-# Launch cache: input signature -> (compiled kernel, grid, constexpr tail, descriptor shapes). A hit
-# skips routing, Triton's argument binding and TensorDescriptor validation: host time per call is
-# what the L2 flush has to hide in the benchmark. The signature holds every property that routing,
-# Triton's specialization (16-byte alignment of pointers) and the grid depend on.
-_FAST = {}
-_FAST_OFF = []
+# Launch cache: input signature -> _Entry (compiled kernel launched directly, grid, constexpr tail,
+# descriptor parameters). A hit skips routing, Triton's argument binding, its Python launcher (which
+# re-walks the arguments to encode descriptors) and its per-pointer driver check: host time per call
+# is what the L2 flush has to hide in the benchmark. The signature holds every property that routing,
+# Triton's specialization (16-byte alignment of pointers) and the grid depend on; never a tensor's
+# identity or contents. An entry is verified bitwise against Triton's own launch when it is made.
+_FAST = {}       # signature -> _Entry; False: routed, use Triton's launch path; str: why the reference runs
+_FAST_OFF = []   # set when a direct launch raised (Triton API drift): Triton's path from then on
 
 
 def _signature(data):
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
     qf, kv = q["fp8"], kv_cache["fp8"]
-    return (qf.shape, qf.stride(), qf.dtype, qf.device, kv.shape, kv.stride(), kv.dtype, weights.shape,
-            weights.stride(), weights.dtype, context_lens.shape, context_lens.dtype, block_tables.shape,
-            block_tables.stride(), block_tables.dtype, max_model_len, type(max_model_len),
+    # The cache's block count is left out (it follows the random context lengths, so it changes with
+    # every input); only whether it fits 32-bit row coordinates counts, and _Entry reads it per call.
+    return (qf.shape, qf.stride(), qf.dtype, qf.device,
+            0 < kv.shape[0] * ROWS_PER_BLOCK < 2 ** 31, kv.shape[1:], kv.stride(), kv.dtype, kv.device,
+            weights.shape, weights.stride(), weights.dtype, weights.device,
+            context_lens.shape, context_lens.dtype, context_lens.device,
+            block_tables.shape, block_tables.stride(), block_tables.dtype, block_tables.device,
+            max_model_len, type(max_model_len),
             (qf.data_ptr() | kv.data_ptr() | weights.data_ptr() | context_lens.data_ptr()
              | block_tables.data_ptr()) & 15)
 
 
-def _fast_launch(entry, data):
-    ck, grid, tail, qshape, kshape, sshape, get_stream, out_shape = entry
-    q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-    qf, kv = q["fp8"], kv_cache["fp8"]
-    device = qf.device
-    out = torch.empty(out_shape, dtype=torch.float32, device=device)
-    stream = get_stream(device.index)
-    args = (qshape and _Desc(qf, *qshape), kshape and _Desc(kv, *kshape), sshape and _Desc(kv, *sshape),
-            qf, kv, kv, weights, context_lens, block_tables, out, block_tables.stride(0), max_model_len,
-            max_model_len) + tail
-    hook = knobs.runtime.launch_enter_hook
-    meta = ck.launch_metadata(grid, stream, *args) if hook is not None else None
-    ck.run(grid[0], grid[1], grid[2], stream, ck.function, ck.packed_metadata, meta, hook,
-           knobs.runtime.launch_exit_hook, *args)
-    return out
+class _DirectLaunch:
+    """A CompiledKernel launched through Triton's C launcher (the module its Python launcher wraps)
+    with arguments the caller expands: tensor descriptors as (CUtensorMap, shape..., strides...) and
+    pointers as ints, which skips the per-pointer driver check (the signature pins device, dtype and
+    alignment). Built from Triton 3.x internals; _make_entry verifies it bitwise before use."""
+
+    def __init__(self, ck):
+        from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+        ck._init_handles()
+        runner = ck.run
+        if runner.global_scratch_size or runner.profile_scratch_size:
+            raise RuntimeError("the kernel needs launcher-allocated scratch")
+        launch = runner.launch
+        closure = getattr(launch, "__closure__", None)
+        if closure:  # wrap_handle_tensordesc's Python wrapper: take the C launcher it wraps
+            launch = dict(zip(launch.__code__.co_freevars, closure))["launcher"].cell_contents
+        self.launch = launch
+        # The C launcher's fixed head: function, cooperative, pdl, global/profile scratch, kernel
+        # metadata, launch metadata, enter/exit hooks (custom_kernel checks that no hook is set).
+        self.head = (ck.function, bool(runner.launch_cooperative_grid), bool(runner.launch_pdl),
+                     None, None, ck.packed_metadata, None, None, None)
+        self.tma = []  # per descriptor argument: fill_tma_descriptor's leading parameters
+        for m in getattr(ck.metadata, "tensordesc_meta", None) or []:
+            if m.get("fp4_padded"):
+                raise RuntimeError("fp4-padded descriptors are not handled")
+            self.tma.append((m["swizzle"], m["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[m["elem_type"]],
+                             m["block_size"]))
+
+
+class _Entry:
+    """One input signature's launch, everything but the data pointers fixed."""
+
+    def __init__(self, data, plan, ck):
+        q, kv_cache, weights, context_lens, block_tables, max_model_len = data
+        qf, kv = q["fp8"], kv_cache["fp8"]
+        batch, next_n = qf.shape[0], qf.shape[1]
+        chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
+        self.kernel = _DirectLaunch(ck)
+        self.fill_tma = triton.runtime.driver.active.utils.fill_tma_descriptor
+        self.stream_of = triton.runtime.driver.active.get_current_stream
+        self.device = qf.device
+        pages = (max_model_len + BLOCK - 1) // BLOCK
+        self.grid = ((pages + chunk - 1) // chunk, batch, 1)
+        self.out_shape = (batch * next_n, max_model_len)
+        qn = next_n * H
+        # Per descriptor parameter (None if the plan does not use it): source tensor (0 = q, 1 = the
+        # cache), fill_tma_descriptor's leading parameters, row count (None: the cache's, read per
+        # call) and width of the 2-D view.
+        specs = [(0, batch * qn, D) if q_tma else None, (1, None, D) if kv_tma else None,
+                 (1, None, D // 4) if scale_tma else None]
+        tma = iter(self.kernel.tma)
+        self.descs = [None if sp is None else (sp[0], next(tma), sp[1], sp[2]) for sp in specs]
+        if next(tma, None) is not None:
+            raise RuntimeError("descriptor count differs from the plan")
+        self.scalars = (block_tables.stride(0), max_model_len, max_model_len)  # bt, out strides; len
+        self.tail = (next_n, H, D, BLOCK, ROWS_PER_BLOCK, chunk, stages, bt_vector, scale_tma, kv_tma, q_tma)
+
+    def __call__(self, data):
+        q, kv_cache, weights, context_lens, block_tables, max_model_len = data
+        qf, kv = q["fp8"], kv_cache["fp8"]
+        out = torch.empty(self.out_shape, dtype=torch.float32, device=self.device)
+        ptrs = (qf.data_ptr(), kv.data_ptr())
+        cache_rows = kv.shape[0] * ROWS_PER_BLOCK
+        args = []
+        for d in self.descs:
+            if d is None:
+                args.append(None)
+            else:
+                src, head, rows, width = d
+                rows = rows or cache_rows
+                args.append(self.fill_tma(ptrs[src], *head, [rows, width], [width, 1], 0))
+                args.extend((rows, width, width, 1))
+        k = self.kernel
+        k.launch(*self.grid, self.stream_of(self.device.index), *k.head, *args,
+                 ptrs[0], ptrs[1], ptrs[1], weights.data_ptr(), context_lens.data_ptr(),
+                 block_tables.data_ptr(), out.data_ptr(), *self.scalars, *self.tail)
+        return out
+
+
+def _launch_hooked():
+    """A profiler's launch hook is set (or this Triton has no knobs): use Triton's launch path,
+    which calls the hooks; direct launches would skip them. Triton 3.6's hooks are HookChains
+    (empty when unset); older ones are None or a callable."""
+    if knobs is None:
+        return True
+    enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+    return bool(getattr(enter, "calls", enter)) or bool(getattr(exit_, "calls", exit_))
 
 
 def _make_entry(data):
+    """(entry or False, this call's output): launch through Triton's JIT (compiling), then build the
+    direct entry and check it reproduces that output bit for bit (one sync, once per signature)."""
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-    qf, kv = q["fp8"], kv_cache["fp8"]
-    batch, next_n = qf.shape[0], qf.shape[1]
-    plan = plan_for(batch, next_n, max_model_len)
-    out = launch_fp8(data, plan)  # compiles; its result is the first call's output
-    ck = LAST_COMPILED[0]
-    chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
-    pages = (max_model_len + BLOCK - 1) // BLOCK
-    grid = ((pages + chunk - 1) // chunk, batch, 1)
-    tail = (next_n, H, D, BLOCK, ROWS_PER_BLOCK, chunk, stages, bt_vector, scale_tma, kv_tma, q_tma)
-    rows, qn = kv.shape[0] * ROWS_PER_BLOCK, next_n * H
-    qshape = ([batch * qn, D], [D, 1], [qn, D]) if q_tma else None
-    kshape = ([rows, D], [D, 1], [BLOCK, D]) if kv_tma else None
-    sshape = ([rows, D // 4], [D // 4, 1], [BLOCK * 4 // D, D // 4]) if scale_tma else None
-    get_stream = triton.runtime.driver.active.get_current_stream  # what Triton's own launch path calls
-    return (ck, grid, tail, qshape, kshape, sshape, get_stream, (batch * next_n, max_model_len)), out
+    plan = plan_for(q["fp8"].shape[0], q["fp8"].shape[1], max_model_len)
+    out = launch_fp8(data, plan)
+    try:
+        entry = _Entry(data, plan, LAST_COMPILED[0])
+        if not torch.equal(entry(data), out):
+            raise RuntimeError("its output differs from Triton's launch")
+    except Exception as exc:
+        print(f"[paged_mqa_logits] direct launch off for this signature: {type(exc).__name__}: {exc}",
+              file=sys.stderr)
+        entry = False
+    return entry, out
+
+
+def _reference(data, reason):
+    _log_fallback(reason)
+    from reference import ref_kernel
+    return ref_kernel(data)
 
 
 def custom_kernel(data: input_t) -> output_t:
     try:
         sig = _signature(data)
-    except Exception:
-        sig = None
-    entry = _FAST.get(sig) if sig is not None else None
-    if entry is not None:
-        if not _FAST_OFF:
-            try:
-                return _fast_launch(entry, data)
-            except Exception as exc:  # launcher API drift: keep the JIT path from now on
-                _FAST_OFF.append(f"{type(exc).__name__}: {exc}")
-                print(f"[paged_mqa_logits] launch cache off: {_FAST_OFF[0]}", file=sys.stderr)
-        return launch_fp8(data)
-    ok, reason = route(data)
-    if not ok:
-        _log_fallback(reason)
-        from reference import ref_kernel
-        return ref_kernel(data)
-    if sig is None or _FAST_OFF:
-        return launch_fp8(data)
-    entry, out = _make_entry(data)
-    _FAST[sig] = entry
-    return out
+        entry = _FAST.get(sig)
+    except Exception:  # not the expected types: route() says what is wrong
+        sig = entry = None
+    if isinstance(entry, _Entry) and not _FAST_OFF and not _launch_hooked():
+        try:
+            return entry(data)
+        except Exception as exc:  # launcher API drift: Triton's own launch path from now on
+            _FAST_OFF.append(f"{type(exc).__name__}: {exc}")
+            print(f"[paged_mqa_logits] direct launches off: {_FAST_OFF[0]}", file=sys.stderr)
+    if isinstance(entry, str):  # this signature's plan cannot launch here
+        return _reference(data, entry)
+    if entry is None:
+        ok, reason = route(data)
+        if not ok:
+            return _reference(data, reason)
+    try:
+        if entry is None and sig is not None and not _FAST_OFF and not _launch_hooked():
+            _FAST[sig], out = _make_entry(data)
+            return out
+        return launch_fp8(data)  # routed: a profiler hook, no direct entry, or direct launches off
+    except Exception as exc:  # the plan's kernel cannot run here (e.g. out of shared memory)
+        reason = f"the kernel failed to launch ({type(exc).__name__}: {str(exc)[:200]})"
+        if sig is not None:
+            _FAST[sig] = reason
+        return _reference(data, reason)

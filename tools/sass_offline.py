@@ -1,0 +1,85 @@
+"""Compile a variant of submission.py's split kernel for sm_90 without a GPU and count its SASS.
+
+Triton compiles for a target given explicitly, and it ships ptxas and cuobjdump, so kernel
+variants can be checked on a CPU machine before spending GPU time: registers, spills, shared
+memory, and the instruction mix (UTMALDG = TMA, HGMMA/QGMMA = wgmma, HMMA = mma.sync, LDS/LDSM,
+conversions).
+
+    python tools/sass_offline.py FMT BLOCK_N WARPS STAGES TRANS [--out DIR]
+    python tools/sass_offline.py fp8 64 4 3 0
+"""
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+import submission as S  # noqa: E402
+
+ELEMENT = {"mxfp4": "u8", "fp8": "fp8e4nv", "bf16": "bf16"}
+SCALE_PTR = {"mxfp4": "*u8", "fp8": "*fp32", "bf16": "*bf16"}
+WATCH = ("UTMALDG", "HGMMA", "QGMMA", "HMMA", "LDSM", "LDS", "STS", "LDL", "STL", "F2FP", "HMUL2",
+         "IMAD", "LOP3", "PRMT", "BAR")
+
+
+def compile_split(fmt, block_n, warps, stages, trans, split=True):
+    elt = ELEMENT[fmt]
+    signature = {
+        "q_ptr": "*bf16", "out_ptr": "*bf16",
+        "kv_desc": f"tensordesc<{elt}[{block_n}, 64]>", "rope_desc": f"tensordesc<{elt}[{block_n}, 32]>",
+        "scale_ptr": SCALE_PTR[fmt], "kv_indptr_ptr": "*i32", "part_o_ptr": "*fp32", "part_lse_ptr": "*fp32",
+        "qk_scale": "fp32", "q_seq_len": "i32", "num_splits": "i32",
+        "FMT": "constexpr", "BN": "constexpr", "SPLIT": "constexpr", "STAGES": "constexpr",
+        "TRANS": "constexpr", "DOT": "constexpr",
+    }
+    constexprs = {"FMT": S.FMT_IDS[fmt], "BN": block_n, "SPLIT": split, "STAGES": stages, "TRANS": trans,
+                  "DOT": S._dot_dtype(fmt)}
+    aligned = {(i,): [["tt.divisibility", 16]] for i in (0, 1, 4, 5, 6, 7)}  # the pointers, as on the GPU
+    src = ASTSource(S._mla_split_kernel, signature, constexprs, aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": warps, "num_stages": stages})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("fmt", choices=sorted(ELEMENT))
+    ap.add_argument("block_n", type=int)
+    ap.add_argument("warps", type=int)
+    ap.add_argument("stages", type=int)
+    ap.add_argument("trans", type=int)
+    ap.add_argument("--out", default=None, help="directory for the .ttgir, .ptx, .cubin and .sass")
+    args = ap.parse_args()
+    kernel = compile_split(args.fmt, args.block_n, args.warps, args.stages, args.trans)
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    cubin = kernel.asm["cubin"]
+    path = os.path.join(args.out or "/tmp", f"mla_{args.fmt}_{args.block_n}_{args.warps}_{args.stages}_{args.trans}")
+    with open(path + ".cubin", "wb") as f:
+        f.write(cubin)
+    sass = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", path + ".cubin"],
+                          capture_output=True, text=True, check=True).stdout
+    usage = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", path + ".cubin"],
+                           capture_output=True, text=True).stdout
+    if args.out:
+        for ext in ("ttgir", "ptx"):
+            with open(f"{path}.{ext}", "w") as f:
+                f.write(kernel.asm[ext])
+        with open(path + ".sass", "w") as f:
+            f.write(sass)
+    ops = collections.Counter(m.group(1).split(".")[0]
+                              for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass))
+    regs = re.search(r"REG:(\d+)", usage)
+    print(f"{args.fmt} BN={args.block_n} warps={args.warps} stages={args.stages} trans={args.trans}: "
+          f"regs {regs.group(1) if regs else '?'}, shared memory {kernel.metadata.shared} B, "
+          f"{sum(ops.values())} instructions")
+    print("  " + ", ".join(f"{op} {ops[op]}" for op in WATCH))
+
+
+if __name__ == "__main__":
+    main()
