@@ -584,6 +584,26 @@ def _scratch_for(total_q, splits, dev):
     return scratch
 
 
+LOG2E = 1.4426950408889634  # the kernel's softmax runs in the log2 domain
+COMBINE_BLOCK_D = 128        # output columns per combine program
+COMBINE_PROGRAMS = V_DIM // COMBINE_BLOCK_D
+
+
+def _qk_scale(config):
+    return config["sm_scale"] * LOG2E
+
+
+def _split_constexprs(plan, dot):
+    """The split kernel's constexpr arguments, in its parameter order (the direct launch relies
+    on that order)."""
+    fmt, block_n, splits, warps, stages, trans = plan
+    return dict(FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=trans, DOT=dot)
+
+
+def _combine_constexprs(splits):
+    return dict(SPLITS_P2=triton.next_power_of_2(splits), BD=COMBINE_BLOCK_D)
+
+
 def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
     """Runs the kernels through Triton's JIT (compiling on first use): -> (out, split kernel,
     combine kernel or None) as CompiledKernels. No syncs; no allocation besides the output.
@@ -600,22 +620,18 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
     out = torch.empty((total_q, NUM_HEADS, V_DIM), dtype=torch.bfloat16, device=dev)
     # scratch for the split partials; unused (any valid pointer) with one split
     part_o, part_lse = _scratch_for(total_q, splits, dev) if splits > 1 else (out, out)
-    dot = dot_dtype if dot_dtype is not None else _dot_dtype(fmt)
+    split_consts = _split_constexprs(plan, dot_dtype if dot_dtype is not None else _dot_dtype(fmt))
     split_ck = _mla_split_kernel[(total_q, splits, 1)](
         q, out, kv_desc, rope_desc, scales, kv_indptr, part_o, part_lse,
-        config["sm_scale"] * 1.4426950408889634, config["q_seq_len"], splits,
-        FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=trans, DOT=dot,
-        num_warps=warps, num_stages=stages)
-    consts = (("FMT", FMT_IDS[fmt]), ("BN", block_n), ("SPLIT", splits > 1), ("STAGES", stages),
-              ("TRANS", trans), ("DOT", dot))
-    _compiled[("_mla_split_kernel", consts, warps, stages, dev)] = split_ck
+        _qk_scale(config), config["q_seq_len"], splits,
+        **split_consts, num_warps=warps, num_stages=stages)
+    _compiled[("_mla_split_kernel", tuple(split_consts.items()), warps, stages, dev)] = split_ck
     combine_ck = None
     if splits > 1:
-        combine_ck = _mla_combine_kernel[(total_q, 4, 1)](
-            part_o, part_lse, out, splits, SPLITS_P2=triton.next_power_of_2(splits), BD=128,
-            num_warps=4, num_stages=3)
-        consts = (("SPLITS_P2", triton.next_power_of_2(splits)), ("BD", 128))
-        _compiled[("_mla_combine_kernel", consts, 4, 3, dev)] = combine_ck
+        combine_consts = _combine_constexprs(splits)
+        combine_ck = _mla_combine_kernel[(total_q, COMBINE_PROGRAMS, 1)](
+            part_o, part_lse, out, splits, **combine_consts, num_warps=4, num_stages=3)
+        _compiled[("_mla_combine_kernel", tuple(combine_consts.items()), 4, 3, dev)] = combine_ck
     return out, split_ck, combine_ck
 
 
@@ -670,13 +686,13 @@ class _Route:
         if len(self.split.tma) != 2:
             raise RuntimeError("the split kernel's descriptors were not lowered to TMA")
         self.row = base.shape[-1]
-        self.qk_scale, self.q_seq_len = config["sm_scale"] * 1.4426950408889634, config["q_seq_len"]
-        self.split_consts = (FMT_IDS[fmt], block_n, splits > 1, stages, trans, _dot_dtype(fmt))
+        self.qk_scale, self.q_seq_len = _qk_scale(config), config["q_seq_len"]
+        self.split_consts = tuple(_split_constexprs(plan, _dot_dtype(fmt)).values())
         self.scratch = _scratch_for(self.total_q, splits, self.device) if splits > 1 else None
         self.part_ptrs = ((self.scratch[0].data_ptr(), self.scratch[1].data_ptr())
                           if self.scratch else (0, 0))
         self.combine = _DirectLaunch(combine_ck) if combine_ck is not None else None
-        self.combine_consts = (triton.next_power_of_2(splits), 128)
+        self.combine_consts = tuple(_combine_constexprs(splits).values())
 
     def __call__(self, q, kv_data, kv_indptr):
         base, scales = _cache_and_scales(kv_data, self.fmt)
@@ -698,7 +714,7 @@ class _Route:
                      self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
         combine = self.combine
         if combine is not None:
-            combine.launch(self.total_q, 4, 1, stream, *combine.head,
+            combine.launch(self.total_q, COMBINE_PROGRAMS, 1, stream, *combine.head,
                            part_o, part_lse, out_ptr, self.splits, *self.combine_consts)
         return out
 
