@@ -247,6 +247,15 @@ def test_routing_reasons(mods, case):
     bad_kv = (q, {"fp8": kv["fp8"][:, :, :, :128].contiguous(), "fp4": kv["fp4"]}, w, cl, bt, L)
     assert "kv_cache" in sub.route(bad_kv, require_cuda=False)[1]
     assert "not (q, kv_cache" in sub.route((1, 2), require_cuda=False)[1]
+    # the fp4 pair's own layout checks
+    assert sub.route(case, "fp4", require_cuda=False)[0]
+    bad_q4 = ({"fp8": q["fp8"], "fp4": (q["fp4"][0][..., :32].contiguous(), q["fp4"][1])}, kv, w, cl, bt, L)
+    assert "q['fp4'][0]" in sub.route(bad_q4, "fp4", require_cuda=False)[1]
+    bad_s4 = ({"fp8": q["fp8"], "fp4": (q["fp4"][0], q["fp4"][1].float())}, kv, w, cl, bt, L)
+    assert "q['fp4'][1]" in sub.route(bad_s4, "fp4", require_cuda=False)[1]
+    bad_kv4 = (q, {"fp8": kv["fp8"], "fp4": kv["fp4"][:, :, :, :64].contiguous()}, w, cl, bt, L)
+    assert "kv_cache['fp4']" in sub.route(bad_kv4, "fp4", require_cuda=False)[1]
+    assert sub.route(bad_kv4, "fp8", require_cuda=False)[0]  # a pair the plan does not read is not checked
 
 
 def test_fallback_logs_once_and_is_exact(mods, case, capsys):
@@ -284,7 +293,7 @@ def test_dispatch_and_launch_failures(mods, monkeypatch, capsys):
             return "entry"
     made = []
     monkeypatch.setattr(sub, "_FAST", {})
-    monkeypatch.setattr(sub, "route", lambda data: (True, "ok"))
+    monkeypatch.setattr(sub, "route", lambda data, fmt: (True, "ok"))
     monkeypatch.setattr(sub, "_make_entry", lambda data: made.append(1) or (FakeEntry(), "first call"))
     a = ref.generate_input(batch=2, next_n=1, context=100, seed=1, random=0)
     b = ref.generate_input(batch=2, next_n=1, context=100, seed=2, random=0)
@@ -324,7 +333,8 @@ def test_plans_cover_benchmarks(mods):
     for b in spec["benchmarks"]:
         L = ref._round_up(int(1.3 * b["context"]), 64)
         plan = sub.plan_for(b["batch"], b["next_n"], L)
-        assert len(plan) == 7 and plan[0] in (1, 2, 4, 8, 16, 32, 64) and plan[2] in (4, 8)
+        assert len(plan) == 8 and plan[0] in sub.FMT_IDS and plan[1] in (1, 2, 4, 8, 16, 32, 64) and plan[3] in (4, 8)
+        assert plan[0] == "fp8" or plan[5] == plan[7] == 0  # the fp4 kernel loads q and scales plainly
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -344,9 +354,10 @@ _INTERP = textwrap.dedent("""
     res = []
     for spec, plan in json.loads(sys.argv[2]):
         data = R.generate_input(**spec)
-        out = S.launch_fp8(data, tuple(plan) if plan else None)
+        out = S.launch(data, tuple(plan) if plan else None)
         ok, msg = R.check_implementation(data, out)
-        res.append([ok, msg])
+        fmt = plan[0] if plan else S.plan_for(*S._shape_of(data))[0]
+        res.append([ok and msg.startswith(f"matches the {fmt} pair"), msg])  # and through the pair it read
     print(json.dumps(res))
 """)
 
@@ -354,11 +365,14 @@ _INTERP = textwrap.dedent("""
 def test_kernel_under_interpreter():
     pytest.importorskip("triton")
     cases = [
-        (dict(batch=3, next_n=1, context=150, seed=1), [2, 3, 4, 1, 1, 1, 1]),    # ragged, tails not multiples of 64
-        (dict(batch=2, next_n=2, context=100, seed=2), [4, 2, 4, 1, 1, 1, 0]),    # causal next_n = 2
-        (dict(batch=2, next_n=4, context=70, seed=3), [2, 2, 4, 1, 0, 1, 0]),  # next_n = 4, plain loads of scales and q
-        (dict(batch=2, next_n=1, context=1, random=0, seed=4), None),          # context length 1
-        (dict(batch=2, next_n=2, context=64, random=0, seed=5), [1, 2, 4, 0, 1, 0, 1]),  # scalar table loads, keys by plain loads
+        (dict(batch=3, next_n=1, context=150, seed=1), ["fp8", 2, 3, 4, 1, 1, 1, 1]),  # ragged, tails not multiples of 64
+        (dict(batch=2, next_n=2, context=100, seed=2), ["fp8", 4, 2, 4, 1, 1, 1, 0]),  # causal next_n = 2
+        (dict(batch=2, next_n=4, context=70, seed=3), ["fp8", 2, 2, 4, 1, 0, 1, 0]),   # next_n = 4, plain loads of scales and q
+        (dict(batch=2, next_n=1, context=1, random=0, seed=4), None),                  # context length 1
+        (dict(batch=2, next_n=2, context=64, random=0, seed=5), ["fp8", 1, 2, 4, 0, 1, 0, 1]),  # scalar table loads, plain keys
+        (dict(batch=3, next_n=1, context=150, seed=6), ["fp4", 2, 3, 4, 1, 0, 1, 0]),  # fp4 pair: ragged, TMA keys
+        (dict(batch=2, next_n=2, context=100, seed=7), ["fp4", 4, 2, 4, 0, 0, 0, 0]),  # fp4, causal, plain loads
+        (dict(batch=2, next_n=4, context=65, random=0, seed=8), ["fp4", 1, 2, 4, 1, 0, 1, 0]),  # fp4, next_n = 4
     ]
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _INTERP, str(PROBLEM), json.dumps(cases)], env=env,

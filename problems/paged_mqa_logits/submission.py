@@ -1,17 +1,26 @@
 #!POPCORN leaderboard paged-mqa-logits
 #!POPCORN gpu H100
 """
-Paged MQA logits on Hopper: one Triton kernel over the fp8 pair (fp8 q x fp8 cache).
+Paged MQA logits on Hopper: one Triton kernel, reading either format pair (constexpr FMT).
 
-Grid (page chunks, batch). A program loads its sequence's q rows ([next_n * 64, 128] fp8, into shared
-memory for the whole page loop) and weights once, then walks CHUNK logical pages: each page's 64 x 128
-fp8 keys come in by TMA (the cache viewed as a 2-D fp8 matrix of 128-byte rows: block blk's tokens are
-rows 66 blk .. 66 blk + 63, its fp32 scales the next two rows), the page loop software-pipelined
-NUM_STAGES deep; the scores S[64 tokens, next_n * 64 heads] = K_page . q^T come from one fp8
-tensor-core dot (wgmma, both operands K-major), and the epilogue (relu, x weight, sum over heads,
-x per-token scale, causal mask) writes each row's 64 logits once. Pages past the context are written
--inf by the same program, so the whole (rows, max_model_len) output is written exactly once, by this
-one kernel. Per-shape plans (PLANS) pick the chunk, pipeline depth and which loads use TMA.
+Grid (page chunks, batch). A program loads its sequence's q rows and weights once (q stays on chip
+for the whole page loop), then walks CHUNK logical pages; each page's keys come in by TMA, the page
+loop software-pipelined NUM_STAGES deep; the scores S[64 tokens, next_n * 64 heads] = K_page . q^T
+come from tensor-core dots, and the epilogue (relu, x weight, sum over heads, causal mask) writes
+each row's 64 logits once. Pages past the context are written -inf by the same program, so the
+whole (rows, max_model_len) output is written exactly once, by this one kernel.
+
+  fp8 pair: the cache viewed as a 2-D fp8 matrix of 128-byte rows (block blk's tokens are rows
+      66 blk .. 66 blk + 63, its fp32 scales the next two rows); one fp8 wgmma dot per page (QGMMA),
+      the per-token scale applied after the head sum (it is positive, so it commutes with relu).
+  fp4 pair: the cache viewed as 64-byte rows (block blk's packed tokens are rows 68 blk .. 68 blk + 63,
+      the 4 UE8M0 scale bytes of token t the int32 word 1088 blk + 1024 + t). Keys and q are
+      dequantized in registers to bf16 exactly (E2M1 x 2^(e-127) is a bf16 value for every e), the
+      block scales folded in, so one bf16 wgmma pair per page (HGMMA; even and odd elements) gives
+      the exact products summed in fp32. Half the cache bytes of fp8, but on the H200 it is slower
+      (135 vs 84 us at batch 256 x 8192; README "The fp4 kernel"), so PLANS read fp8.
+
+Per-shape plans (PLANS) pick the format, chunk, pipeline depth and which loads use TMA.
 
 Host path: the first call of an input signature routes, compiles through Triton's JIT and caches an
 _Entry; later calls launch the compiled kernel through Triton's C launcher with pre-expanded arguments
@@ -22,6 +31,7 @@ lacks tensor descriptors, or when the input breaks a layout assumption.
 Assumptions not checked (checking needs a device sync): 0 <= context_lens <= max_model_len and
 block_tables entries of pages in use are valid block ids.
 """
+import os
 import sys
 
 import torch
@@ -39,25 +49,31 @@ except Exception as exc:  # pragma: no cover - depends on the install
     _TRITON_ERROR = f"{type(exc).__name__}: {exc}"
 
 H, D, BLOCK = 64, 128, 64
-ROWS_PER_BLOCK = (BLOCK * (D + 4)) // D  # 66 rows of 128 bytes per physical block
+FMT_FP8, FMT_FP4 = 8, 4
+FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4}
+# The cache seen as 2-D rows of ROW_BYTES: a block is CACHE_ROWS_PER_BLOCK rows (keys, then scales).
+ROW_BYTES = {"fp8": D, "fp4": D // 2}                                  # 128 / 64
+CACHE_ROWS_PER_BLOCK = {"fp8": BLOCK * (D + 4) // D, "fp4": BLOCK * (D // 2 + 4) // (D // 2)}  # 66 / 68
 _LOGGED = set()
 LAST_COMPILED = [None]  # the CompiledKernel of the latest launch (bench reads its SASS)
 
-# Per-shape plans, keyed by (batch, next_n, max_model_len): (chunk pages per program, pipeline stages,
-# warps, bt_vector, scale_tma, kv_tma, q_tma). bt_vector: the chunk's block-table entries loaded once
-# as a vector (a scalar load per page stalls the pipeliner); *_tma: TMA for the scales / keys / q
-# (else plain loads). Host time matters as much as GPU time at these sizes (the benchmark's L2
-# flush hides only ~35 us of it), and each host tensor descriptor costs an encode per launch, so
-# the plans keep one (the keys'). Chunk and stages from a sweep on an H200 (bench.py).
+# Per-shape plans, keyed by (batch, next_n, max_model_len): (format, chunk pages per program,
+# pipeline stages, warps, bt_vector, scale_tma, kv_tma, q_tma). bt_vector: the chunk's block-table
+# entries loaded once as a vector (a scalar load per page stalls the pipeliner); *_tma: TMA for the
+# scales / keys / q (else plain loads; the fp4 kernel loads q and scales plainly). Host time matters
+# as much as GPU time at these sizes (the benchmark's L2 flush hides only ~35 us of it), and each
+# host tensor descriptor costs an encode per launch, so the plans keep one (the keys'). From a
+# sweep on an H200 (bench.py).
 PLANS = {
-    (256, 1, 1344): (8, 3, 4, 1, 0, 1, 0),
-    (256, 1, 5376): (8, 3, 4, 1, 0, 1, 0),
-    (256, 1, 10688): (16, 3, 4, 1, 0, 1, 0),
-    (256, 2, 10688): (16, 4, 4, 1, 0, 1, 0),
-    (128, 1, 21312): (8, 3, 4, 1, 0, 1, 0),
-    (64, 1, 42624): (8, 3, 4, 1, 0, 1, 0),
-    (32, 1, 85248): (8, 3, 4, 1, 0, 1, 0),
+    (256, 1, 1344): ("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (256, 1, 5376): ("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (256, 1, 10688): ("fp8", 16, 3, 4, 1, 0, 1, 0),
+    (256, 2, 10688): ("fp8", 16, 4, 4, 1, 0, 1, 0),
+    (128, 1, 21312): ("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (64, 1, 42624): ("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (32, 1, 85248): ("fp8", 8, 3, 4, 1, 0, 1, 0),
 }
+DEFAULT_FORMAT = "fp8"
 
 
 def _default_plan(batch: int, next_n: int, max_model_len: int):
@@ -65,24 +81,90 @@ def _default_plan(batch: int, next_n: int, max_model_len: int):
     chunk = 8 if next_n == 1 else 16
     while chunk > 1 and batch * ((pages + chunk - 1) // chunk) < 132 * 4:
         chunk //= 2
-    return (chunk, 3 if next_n == 1 else 4, 4, 1, 0, 1, 0)
+    return (DEFAULT_FORMAT, chunk, 3 if next_n == 1 else 4, 4, 1, 0, 1, 0)
 
 
 def plan_for(batch: int, next_n: int, max_model_len: int):
     return PLANS.get((batch, next_n, max_model_len)) or _default_plan(batch, next_n, max_model_len)
 
 
+def _shape_of(data):
+    """(batch, next_n, max_model_len) from the format-independent inputs."""
+    weights, context_lens, max_model_len = data[2], data[3], data[5]
+    batch = context_lens.shape[0]
+    return batch, (weights.shape[0] // batch if batch else 0), max_model_len
+
+
+# Under TRITON_INTERPRET=1 (the CPU tests) inline PTX cannot run, and bf16 dots are wrong in the
+# interpreter: the fp4 decode then uses plain Triton ops and fp32 (exact) dots.
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
 if triton is not None:
+    _INTERP = tl.constexpr(_INTERPRET)
+
+    # E2M1 pairs -> bf16 on packed registers, per 4 bytes (8 elements). prmt spreads bytes 0/1 (then
+    # 2/3) to the two 16-bit halves; a nibble's sign / exponent / mantissa bits shifted to bf16 bits
+    # 15 / 8-7 / 6 give exactly value * 2^-126 (exponent 0 lands on a bf16 subnormal); two exact
+    # multiplies, by 2^126 and by the block scale 2^(e-127), finish (one multiply could overflow the
+    # factor for e > 128). Outputs: $0,$1 the low nibbles (even elements) of bytes 0-3, $2,$3 the high.
+    _FP4_ASM = tl.constexpr("""
+    {
+    .reg .b32 a, t, u, k;
+    mov.b32 k, 0x7E807E80;
+    prmt.b32 a, $4, 0, 0x4140;
+    shl.b32 t, a, 6; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 12; and.b32 u, u, 0x80008000; or.b32 t, t, u;
+    mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $0, t, $5;
+    shl.b32 t, a, 2; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 8; and.b32 u, u, 0x80008000; or.b32 t, t, u;
+    mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $2, t, $5;
+    prmt.b32 a, $4, 0, 0x4342;
+    shl.b32 t, a, 6; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 12; and.b32 u, u, 0x80008000; or.b32 t, t, u;
+    mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $1, t, $6;
+    shl.b32 t, a, 2; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 8; and.b32 u, u, 0x80008000; or.b32 t, t, u;
+    mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $3, t, $6;
+    }
+    """)
+
+    @triton.jit
+    def _fp4_decode(packed, words, ROWS: tl.constexpr):
+        """packed [ROWS, 64] uint8 (E2M1, even element in the low nibble), words [ROWS] int32 (the
+        UE8M0 scale of elements 32g .. 32g+31 in byte g) -> (even elements, odd elements), each
+        [ROWS, 64], exact: bf16 on the GPU, fp32 under the interpreter."""
+        e = (words[:, None] >> (tl.arange(0, 4) * 8)[None, :]) & 0xFF
+        scale = tl.where(e > 0, e << 23, 0x400000).to(tl.float32, bitcast=True)  # 2^(e-127)
+        scale = tl.reshape(tl.broadcast_to(scale[:, :, None], (ROWS, 4, 16)), (ROWS, 64))
+        if _INTERP:  # E2M1 -> e4m3 bits is exact and equals value * 2^-6
+            lo = packed & 15
+            hi = packed >> 4
+            lo = (((lo & 8) << 4) | ((lo & 7) << 2)).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+            hi = (((hi & 8) << 4) | ((hi & 7) << 2)).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+            return lo * (scale * 64.0), hi * (scale * 64.0)
+        else:  # impure, as the MLA submission's decodes (pure made no difference here)
+            return tl.inline_asm_elementwise(_FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16)],
+                                             dtype=(tl.bfloat16, tl.bfloat16), is_pure=False, pack=4)
+
+    @triton.jit
+    def _dot(a, b, acc):
+        if _INTERP:
+            return tl.dot(a, b, acc, input_precision="ieee")
+        else:
+            return tl.dot(a, b, acc)
 
     @triton.jit(do_not_specialize=["bt_stride", "out_stride", "max_model_len"])
-    def _paged_mqa_logits_fp8_kernel(
-        q_desc, k_desc, s_desc, q_ptr, kv8_ptr, kv_f32_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+    def _paged_mqa_logits_kernel(
+        q_desc, k_desc, s_desc, q_ptr, q_scale_ptr, kv_ptr, kv_word_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
         bt_stride, out_stride, max_model_len,
-        NEXT_N: tl.constexpr, H: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
-        ROWS_PER_BLOCK: tl.constexpr, CHUNK: tl.constexpr, NUM_STAGES: tl.constexpr,
+        FMT: tl.constexpr, NEXT_N: tl.constexpr, H: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr,
+        CHUNK: tl.constexpr, NUM_STAGES: tl.constexpr,
         BT_VECTOR: tl.constexpr, SCALE_TMA: tl.constexpr, KV_TMA: tl.constexpr, Q_TMA: tl.constexpr,
     ):
+        # FMT: 8 = the fp8 pair, 4 = the fp4 pair (FMT_FP8 / FMT_FP4; Triton reads only constexpr globals).
+        # fp8: kv_ptr = the cache as fp8 rows of D, kv_word_ptr = as fp32 (scales); q_ptr fp8 [rows, D].
+        # fp4: kv_ptr = the cache as uint8 rows of D/2, kv_word_ptr = as int32 (scale words);
+        #      q_ptr packed uint8 [rows, D/2], q_scale_ptr int32 [rows] (4 UE8M0 bytes).
         QN: tl.constexpr = NEXT_N * H
+        RB: tl.constexpr = D if FMT == 8 else D // 2              # bytes per 2-D cache row
+        ROWS_PER_BLOCK: tl.constexpr = (BLOCK * (RB + 4)) // RB    # 66 / 68
+        WORDS_PER_BLOCK: tl.constexpr = ROWS_PER_BLOCK * RB // 4
         pid_c = tl.program_id(0)
         b = tl.program_id(1)
         ctx = tl.load(ctx_ptr + b)
@@ -91,14 +173,20 @@ if triton is not None:
         p_end = tl.minimum(p0 + CHUNK, n_pages)
         tok = tl.arange(0, BLOCK)
         hcol = tl.arange(0, QN)
-        dcol = tl.arange(0, D)
+        rcol = tl.arange(0, RB)
         out_row = out_ptr + (b * NEXT_N).to(tl.int64) * out_stride
         bt_row = bt_ptr + b.to(tl.int64) * bt_stride
 
-        if Q_TMA:
-            q = q_desc.load([b * QN, 0])                      # [QN, D] fp8, resident in smem
+        if FMT == 8:
+            if Q_TMA:
+                q = q_desc.load([b * QN, 0])                  # [QN, D] fp8, resident in smem
+            else:
+                q = tl.load(q_ptr + (b * QN + hcol)[:, None] * D + rcol[None, :])  # < 2^31: route checks
         else:
-            q = tl.load(q_ptr + (b * QN + hcol)[:, None] * D + dcol[None, :])  # < 2^31: route checks
+            q_words = tl.load(q_scale_ptr + b * QN + hcol)
+            q_lo, q_hi = _fp4_decode(tl.load(q_ptr + (b * QN + hcol)[:, None] * RB + rcol[None, :]), q_words, QN)
+            q_lo = tl.trans(q_lo)
+            q_hi = tl.trans(q_hi)
         w = tl.load(w_ptr + b * QN + hcol)                    # [QN] fp32
         if BT_VECTOR:
             jj = tl.arange(0, CHUNK)
@@ -109,14 +197,20 @@ if triton is not None:
             else:
                 blk = tl.load(bt_row + p)
             if KV_TMA:
-                k = k_desc.load([blk * ROWS_PER_BLOCK, 0])    # [BLOCK, D] fp8 (TMA)
+                k = k_desc.load([blk * ROWS_PER_BLOCK, 0])    # [BLOCK, RB] (TMA)
             else:
-                k = tl.load(kv8_ptr + blk.to(tl.int64) * (ROWS_PER_BLOCK * D) + tok[:, None] * D + dcol[None, :])
-            if SCALE_TMA:
-                sc = tl.reshape(s_desc.load([blk * ROWS_PER_BLOCK + BLOCK, 0]), [BLOCK])
+                k = tl.load(kv_ptr + blk.to(tl.int64) * (ROWS_PER_BLOCK * RB) + tok[:, None] * RB + rcol[None, :])
+            if FMT == 8:
+                if SCALE_TMA:
+                    sc = tl.reshape(s_desc.load([blk * ROWS_PER_BLOCK + BLOCK, 0]), [BLOCK])
+                else:
+                    sc = tl.load(kv_word_ptr + blk.to(tl.int64) * WORDS_PER_BLOCK + BLOCK * D // 4 + tok)
+                s = tl.dot(k, tl.trans(q))                    # [BLOCK, QN] fp32 (fp8 wgmma)
             else:
-                sc = tl.load(kv_f32_ptr + blk.to(tl.int64) * (ROWS_PER_BLOCK * D // 4) + BLOCK * D // 4 + tok)
-            s = tl.dot(k, tl.trans(q))                        # [BLOCK, QN] fp32 (wgmma)
+                k_words = tl.load(kv_word_ptr + blk.to(tl.int64) * WORDS_PER_BLOCK + BLOCK * RB // 4 + tok)
+                k_lo, k_hi = _fp4_decode(k, k_words, BLOCK)
+                s = _dot(k_lo, q_lo, tl.zeros([BLOCK, QN], tl.float32))  # bf16 wgmma, exact products
+                s = _dot(k_hi, q_hi, s)
             x = tl.maximum(s, 0.0) * w[None, :]
             cols = p * BLOCK + tok
             for i in tl.static_range(NEXT_N):
@@ -124,7 +218,9 @@ if triton is not None:
                     li = tl.sum(x, axis=1)
                 else:
                     li = tl.sum(tl.where((hcol // H == i)[None, :], x, 0.0), axis=1)
-                li = tl.where(cols <= ctx - NEXT_N + i, li * sc, float("-inf"))
+                if FMT == 8:
+                    li = li * sc
+                li = tl.where(cols <= ctx - NEXT_N + i, li, float("-inf"))
                 tl.store(out_row + i * out_stride + cols, li, mask=cols < max_model_len)
 
         neg = tl.full([BLOCK], float("-inf"), tl.float32)
@@ -140,17 +236,28 @@ def _log_fallback(reason: str) -> None:
         print(f"[paged_mqa_logits] reference fallback: {reason}", file=sys.stderr)
 
 
-def route(data: input_t, require_cuda: bool = True):
-    """(use_kernel, reason): why the kernel can or cannot take this input."""
+def _format_tensors(data, fmt):
+    """(q tensors, cache) of one format pair: fp8 -> ((q,), cache); fp4 -> ((packed, scales), cache)."""
+    q, kv_cache = data[0], data[1]
+    qt = q[fmt]
+    return (tuple(qt) if fmt == "fp4" else (qt,)), kv_cache[fmt]
+
+
+def route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
+    """(use_kernel, reason): why the kernel can or cannot take this input through format pair fmt."""
     if _TRITON_ERROR is not None:
         return False, f"Triton unavailable ({_TRITON_ERROR})"
     if TensorDescriptor is None:
         return False, "this Triton has no host tensor descriptors"
     try:
         q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-        qf, kv = q["fp8"], kv_cache["fp8"]
+        qts, kv = _format_tensors(data, fmt)
+        qf = qts[0]
     except Exception as exc:
-        return False, f"input is not (q, kv_cache, weights, context_lens, block_tables, max_model_len): {exc}"
+        return False, (f"input is not (q, kv_cache, weights, context_lens, block_tables, max_model_len) with "
+                       f"a {fmt!r} pair: {type(exc).__name__}: {exc}")
+    if not all(isinstance(t, torch.Tensor) for t in (*qts, kv, weights, context_lens, block_tables)):
+        return False, f"an input of the {fmt} pair is not a tensor"
     if require_cuda:
         if not torch.cuda.is_available():
             return False, "no CUDA device"
@@ -158,16 +265,27 @@ def route(data: input_t, require_cuda: bool = True):
             return False, "inputs are not on a CUDA device"
         if torch.cuda.get_device_capability(qf.device) != (9, 0):
             return False, f"device is sm_{''.join(map(str, torch.cuda.get_device_capability(qf.device)))}, the kernel targets sm_90"
-    if qf.dtype != torch.float8_e4m3fn or qf.dim() != 4 or tuple(qf.shape[2:]) != (H, D):
-        return False, f"q['fp8'] is {qf.dtype} {tuple(qf.shape)}, expected float8_e4m3fn (batch, next_n, {H}, {D})"
+    rb = ROW_BYTES[fmt]
+    if fmt == "fp8":
+        if qf.dtype != torch.float8_e4m3fn or qf.dim() != 4 or tuple(qf.shape[2:]) != (H, D):
+            return False, f"q['fp8'] is {qf.dtype} {tuple(qf.shape)}, expected float8_e4m3fn (batch, next_n, {H}, {D})"
+    else:
+        if len(qts) != 2:
+            return False, f"q['fp4'] has {len(qts)} parts, expected (packed, scales)"
+        if qf.dtype != torch.uint8 or qf.dim() != 4 or tuple(qf.shape[2:]) != (H, rb):
+            return False, f"q['fp4'][0] is {qf.dtype} {tuple(qf.shape)}, expected uint8 (batch, next_n, {H}, {rb})"
+        qs = qts[1]
+        if qs.dtype != torch.uint8 or tuple(qs.shape) != (*qf.shape[:3], D // 32):
+            return False, f"q['fp4'][1] is {qs.dtype} {tuple(qs.shape)}, expected uint8 {(*qf.shape[:3], D // 32)}"
     batch, next_n = qf.shape[:2]
     if next_n not in (1, 2, 4):
         return False, f"next_n = {next_n}; the kernel handles 1, 2, 4"
-    if kv.dtype != torch.uint8 or kv.dim() != 4 or tuple(kv.shape[1:]) != (BLOCK, 1, D + 4):
-        return False, f"kv_cache['fp8'] is {kv.dtype} {tuple(kv.shape)}, expected uint8 (num_blocks, {BLOCK}, 1, {D + 4})"
-    if not (qf.is_contiguous() and kv.is_contiguous() and weights.is_contiguous() and block_tables.stride(1) == 1):
+    if kv.dtype != torch.uint8 or kv.dim() != 4 or tuple(kv.shape[1:]) != (BLOCK, 1, rb + 4):
+        return False, f"kv_cache['{fmt}'] is {kv.dtype} {tuple(kv.shape)}, expected uint8 (num_blocks, {BLOCK}, 1, {rb + 4})"
+    if not (all(t.is_contiguous() for t in qts) and kv.is_contiguous() and weights.is_contiguous()
+            and block_tables.stride(1) == 1):
         return False, "a tensor is not contiguous"
-    if kv.data_ptr() % 16 or qf.data_ptr() % 16:
+    if kv.data_ptr() % 16 or any(t.data_ptr() % 16 for t in qts):
         return False, "q or the cache is not 16-byte aligned (TMA)"
     if weights.dtype != torch.float32 or tuple(weights.shape) != (batch * next_n, H):
         return False, f"weights {weights.dtype} {tuple(weights.shape)}, expected float32 ({batch * next_n}, {H})"
@@ -180,41 +298,55 @@ def route(data: input_t, require_cuda: bool = True):
     if block_tables.shape[1] * BLOCK < max_model_len:
         return False, "block_tables has fewer than max_model_len / 64 pages"
     if kv.shape[0] == 0:
-        return False, "kv_cache['fp8'] has no blocks"
-    if kv.shape[0] * ROWS_PER_BLOCK >= 2 ** 31 or qf.numel() >= 2 ** 31:
+        return False, f"kv_cache['{fmt}'] has no blocks"
+    if kv.shape[0] * CACHE_ROWS_PER_BLOCK[fmt] >= 2 ** 31 or qf.numel() >= 2 ** 31:
         return False, "cache or q too large for 32-bit row coordinates / offsets"
     return True, "ok"
 
 
-def _descriptors(data, next_n, q_tma=1, kv_tma=1, scale_tma=1):
-    """Host TensorDescriptors (None where the plan does not use one) and the cache's two views."""
-    q, kv_cache = data[0], data[1]
-    qf, kv = q["fp8"], kv_cache["fp8"]
-    batch, qn, nb = qf.shape[0], next_n * H, kv.shape[0]
-    kv8 = kv.view(torch.float8_e4m3fn).view(nb * ROWS_PER_BLOCK, D)
-    kv32 = kv.view(torch.float32).view(nb * ROWS_PER_BLOCK, D // 4)
-    q_desc = TensorDescriptor(qf.view(batch * qn, D), [batch * qn, D], [D, 1], [qn, D]) if q_tma else None
-    k_desc = TensorDescriptor(kv8, [nb * ROWS_PER_BLOCK, D], [D, 1], [BLOCK, D]) if kv_tma else None
-    s_desc = (TensorDescriptor(kv32, [nb * ROWS_PER_BLOCK, D // 4], [D // 4, 1], [BLOCK * 4 // D, D // 4])
-              if scale_tma else None)
-    return q_desc, k_desc, s_desc, kv8, kv32
+def _cache_views(kv, fmt):
+    """The cache as 2-D rows of ROW_BYTES (keys by TMA / plain loads) and as 32-bit words (scales)."""
+    rows = kv.shape[0] * CACHE_ROWS_PER_BLOCK[fmt]
+    if fmt == "fp8":
+        return kv.view(torch.float8_e4m3fn).view(rows, D), kv.view(torch.float32).view(rows, D // 4)
+    return kv.view(rows, D // 2), kv.view(torch.int32).view(rows, D // 8)
 
 
-def launch_fp8(data: input_t, plan=None) -> torch.Tensor:
+def _descriptors(data, fmt, next_n, q_tma=1, kv_tma=1, scale_tma=1):
+    """Host TensorDescriptors (None where the plan does not use one) and the kernel's pointer arguments."""
+    qts, kv = _format_tensors(data, fmt)
+    batch, qn = qts[0].shape[0], next_n * H
+    keys, words = _cache_views(kv, fmt)
+    rows, rb = keys.shape
+    q_desc = k_desc = s_desc = None
+    if fmt == "fp8":
+        q2 = qts[0].view(batch * qn, D)
+        q_desc = TensorDescriptor(q2, [batch * qn, D], [D, 1], [qn, D]) if q_tma else None
+        s_desc = (TensorDescriptor(words, [rows, D // 4], [D // 4, 1], [BLOCK * 4 // D, D // 4])
+                  if scale_tma else None)
+        q_args = (qts[0], qts[0])
+    else:
+        q_args = (qts[0], qts[1].view(torch.int32))
+    k_desc = TensorDescriptor(keys, [rows, rb], [rb, 1], [BLOCK, rb]) if kv_tma else None
+    return (q_desc, k_desc, s_desc, *q_args, keys, words)
+
+
+def launch(data: input_t, plan=None) -> torch.Tensor:
     """Run the Triton kernel through Triton's JIT (no routing, no launch cache): the path that compiles,
     and what the CPU tests drive under TRITON_INTERPRET=1."""
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-    qf = q["fp8"]
-    batch, next_n = qf.shape[0], qf.shape[1]
-    chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan or plan_for(batch, next_n, max_model_len)
-    q_desc, k_desc, s_desc, kv8, kv32 = _descriptors(data, next_n, q_tma, kv_tma, scale_tma)
-    out = torch.empty((batch * next_n, max_model_len), dtype=torch.float32, device=qf.device)
+    batch, next_n, _ = _shape_of(data)
+    fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan or plan_for(batch, next_n, max_model_len)
+    if fmt == "fp4" and (scale_tma or q_tma):
+        raise ValueError(f"plan {plan}: the fp4 kernel loads q and the scales without TMA")
+    args = _descriptors(data, fmt, next_n, q_tma, kv_tma, scale_tma)
+    out = torch.empty((batch * next_n, max_model_len), dtype=torch.float32, device=weights.device)
     pages = (max_model_len + BLOCK - 1) // BLOCK
     grid = ((pages + chunk - 1) // chunk, batch)
-    LAST_COMPILED[0] = _paged_mqa_logits_fp8_kernel[grid](
-        q_desc, k_desc, s_desc, qf, kv8, kv32, weights, context_lens, block_tables, out,
+    LAST_COMPILED[0] = _paged_mqa_logits_kernel[grid](
+        *args, weights, context_lens, block_tables, out,
         block_tables.stride(0), out.stride(0), max_model_len,
-        NEXT_N=next_n, H=H, D=D, BLOCK=BLOCK, ROWS_PER_BLOCK=ROWS_PER_BLOCK, CHUNK=chunk,
+        FMT=FMT_IDS[fmt], NEXT_N=next_n, H=H, D=D, BLOCK=BLOCK, CHUNK=chunk,
         NUM_STAGES=stages, BT_VECTOR=bt_vector, SCALE_TMA=scale_tma, KV_TMA=kv_tma, Q_TMA=q_tma,
         num_warps=warps, num_stages=stages,
     )
@@ -225,24 +357,27 @@ def launch_fp8(data: input_t, plan=None) -> torch.Tensor:
 # descriptor parameters). A hit skips routing, Triton's argument binding, its Python launcher (which
 # re-walks the arguments to encode descriptors) and its per-pointer driver check: host time per call
 # is what the L2 flush has to hide in the benchmark. The signature holds every property that routing,
-# Triton's specialization (16-byte alignment of pointers) and the grid depend on; never a tensor's
-# identity or contents. An entry is verified bitwise against Triton's own launch when it is made.
+# Triton's specialization (16-byte alignment of pointers) and the grid depend on, for the tensors of
+# the format pair the shape's plan reads; never a tensor's identity or contents. An entry is verified
+# bitwise against Triton's own launch when it is made.
 _FAST = {}       # signature -> _Entry; False: routed, use Triton's launch path; str: why the reference runs
 _FAST_OFF = []   # set when a direct launch raised (Triton API drift): Triton's path from then on
 
 
 def _signature(data):
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-    qf, kv = q["fp8"], kv_cache["fp8"]
+    fmt = plan_for(*_shape_of(data))[0]
+    qts, kv = _format_tensors(data, fmt)
+    qa = qts[-1]  # fp4: the scales (the packed part's layout follows from route's checks on both)
     # The cache's block count is left out (it follows the random context lengths, so it changes with
     # every input); only whether it fits 32-bit row coordinates counts, and _Entry reads it per call.
-    return (qf.shape, qf.stride(), qf.dtype, qf.device,
-            0 < kv.shape[0] * ROWS_PER_BLOCK < 2 ** 31, kv.shape[1:], kv.stride(), kv.dtype, kv.device,
+    return (fmt, qts[0].shape, qts[0].stride(), qts[0].dtype, qts[0].device, qa.shape, qa.stride(), qa.dtype,
+            0 < kv.shape[0] * CACHE_ROWS_PER_BLOCK[fmt] < 2 ** 31, kv.shape[1:], kv.stride(), kv.dtype, kv.device,
             weights.shape, weights.stride(), weights.dtype, weights.device,
             context_lens.shape, context_lens.dtype, context_lens.device,
             block_tables.shape, block_tables.stride(), block_tables.dtype, block_tables.device,
             max_model_len, type(max_model_len),
-            (qf.data_ptr() | kv.data_ptr() | weights.data_ptr() | context_lens.data_ptr()
+            (qts[0].data_ptr() | qa.data_ptr() | kv.data_ptr() | weights.data_ptr() | context_lens.data_ptr()
              | block_tables.data_ptr()) & 15)
 
 
@@ -276,39 +411,40 @@ class _DirectLaunch:
 
 
 class _Entry:
-    """One input signature's launch, everything but the data pointers fixed."""
+    """One input signature's launch, everything but the data pointers and the cache's block count fixed."""
 
     def __init__(self, data, plan, ck):
-        q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-        qf, kv = q["fp8"], kv_cache["fp8"]
-        batch, next_n = qf.shape[0], qf.shape[1]
-        chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
+        weights, max_model_len = data[2], data[5]
+        batch, next_n, _ = _shape_of(data)
+        fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
+        self.fmt = fmt
         self.kernel = _DirectLaunch(ck)
         self.fill_tma = triton.runtime.driver.active.utils.fill_tma_descriptor
         self.stream_of = triton.runtime.driver.active.get_current_stream
-        self.device = qf.device
+        self.device = weights.device
         pages = (max_model_len + BLOCK - 1) // BLOCK
         self.grid = ((pages + chunk - 1) // chunk, batch, 1)
         self.out_shape = (batch * next_n, max_model_len)
-        qn = next_n * H
+        self.rows_per_block = CACHE_ROWS_PER_BLOCK[fmt]
+        qn, rb = next_n * H, ROW_BYTES[fmt]
         # Per descriptor parameter (None if the plan does not use it): source tensor (0 = q, 1 = the
         # cache), fill_tma_descriptor's leading parameters, row count (None: the cache's, read per
         # call) and width of the 2-D view.
-        specs = [(0, batch * qn, D) if q_tma else None, (1, None, D) if kv_tma else None,
+        specs = [(0, batch * qn, D) if q_tma else None, (1, None, rb) if kv_tma else None,
                  (1, None, D // 4) if scale_tma else None]
         tma = iter(self.kernel.tma)
         self.descs = [None if sp is None else (sp[0], next(tma), sp[1], sp[2]) for sp in specs]
         if next(tma, None) is not None:
             raise RuntimeError("descriptor count differs from the plan")
-        self.scalars = (block_tables.stride(0), max_model_len, max_model_len)  # bt, out strides; len
-        self.tail = (next_n, H, D, BLOCK, ROWS_PER_BLOCK, chunk, stages, bt_vector, scale_tma, kv_tma, q_tma)
+        self.scalars = (data[4].stride(0), max_model_len, max_model_len)  # bt, out strides; len
+        self.tail = (FMT_IDS[fmt], next_n, H, D, BLOCK, chunk, stages, bt_vector, scale_tma, kv_tma, q_tma)
 
     def __call__(self, data):
         q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-        qf, kv = q["fp8"], kv_cache["fp8"]
+        qts, kv = _format_tensors(data, self.fmt)
         out = torch.empty(self.out_shape, dtype=torch.float32, device=self.device)
-        ptrs = (qf.data_ptr(), kv.data_ptr())
-        cache_rows = kv.shape[0] * ROWS_PER_BLOCK
+        ptrs = (qts[0].data_ptr(), kv.data_ptr())
+        cache_rows = kv.shape[0] * self.rows_per_block
         args = []
         for d in self.descs:
             if d is None:
@@ -320,7 +456,7 @@ class _Entry:
                 args.extend((rows, width, width, 1))
         k = self.kernel
         k.launch(*self.grid, self.stream_of(self.device.index), *k.head, *args,
-                 ptrs[0], ptrs[1], ptrs[1], weights.data_ptr(), context_lens.data_ptr(),
+                 ptrs[0], qts[-1].data_ptr(), ptrs[1], ptrs[1], weights.data_ptr(), context_lens.data_ptr(),
                  block_tables.data_ptr(), out.data_ptr(), *self.scalars, *self.tail)
         return out
 
@@ -338,9 +474,8 @@ def _launch_hooked():
 def _make_entry(data):
     """(entry or False, this call's output): launch through Triton's JIT (compiling), then build the
     direct entry and check it reproduces that output bit for bit (one sync, once per signature)."""
-    q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-    plan = plan_for(q["fp8"].shape[0], q["fp8"].shape[1], max_model_len)
-    out = launch_fp8(data, plan)
+    plan = plan_for(*_shape_of(data))
+    out = launch(data, plan)
     try:
         entry = _Entry(data, plan, LAST_COMPILED[0])
         if not torch.equal(entry(data), out):
@@ -373,14 +508,19 @@ def custom_kernel(data: input_t) -> output_t:
     if isinstance(entry, str):  # this signature's plan cannot launch here
         return _reference(data, entry)
     if entry is None:
-        ok, reason = route(data)
+        try:
+            fmt = plan_for(*_shape_of(data))[0]
+        except Exception as exc:
+            return _reference(data, f"input is not (q, kv_cache, weights, context_lens, block_tables, "
+                                    f"max_model_len): {type(exc).__name__}: {exc}")
+        ok, reason = route(data, fmt)
         if not ok:
             return _reference(data, reason)
     try:
         if entry is None and sig is not None and not _FAST_OFF and not _launch_hooked():
             _FAST[sig], out = _make_entry(data)
             return out
-        return launch_fp8(data)  # routed: a profiler hook, no direct entry, or direct launches off
+        return launch(data)  # routed: a profiler hook, no direct entry, or direct launches off
     except Exception as exc:  # the plan's kernel cannot run here (e.g. out of shared memory)
         reason = f"the kernel failed to launch ({type(exc).__name__}: {str(exc)[:200]})"
         if sig is not None:

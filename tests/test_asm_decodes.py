@@ -1,0 +1,134 @@
+"""The inline-PTX E2M1 decodes of both submissions, run on the CPU by a small emulator of the PTX
+they use (mov, prmt, shl, shr, and, or, mul.rn.bf16x2). On the GPU these are the only code that turns
+packed nibbles into values; the interpreter tests take a plain-Triton path instead, so without this
+test a wrong shift or mask would first show on a GPU.
+
+Contract of both (Triton inline_asm_elementwise, pack=4, two bf16 outputs): $4 holds 4 packed bytes,
+$5 / $6 the bf16 scales of bytes 0,1 / 2,3; $0,$1 receive the low nibbles (even elements) of bytes
+0-3 times their scale, $2,$3 the high nibbles, exactly (round to nearest even where not exact)."""
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+def _bf16_bits(x: float) -> int:
+    """Round-to-nearest-even bf16 bits of x (via float32; products here are exact in float32)."""
+    with np.errstate(over="ignore"):
+        b = int(np.array(x, dtype=np.float32).view(np.uint32))
+    if (b & 0x7F800000) == 0x7F800000:
+        return (b >> 16) | (0x40 if b & 0x7FFFFF else 0)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def _bf16_value(h: int) -> float:
+    return float(np.array(h << 16, dtype=np.uint32).view(np.float32))
+
+
+def _prmt(a: int, b: int, sel: int) -> int:
+    src = a | (b << 32)
+    out = 0
+    for i in range(4):
+        s = (sel >> (4 * i)) & 0xF
+        byte = (src >> (8 * (s & 7))) & 0xFF
+        if s & 8:  # sign-replicate mode
+            byte = 0xFF if byte & 0x80 else 0
+        out |= byte << (8 * i)
+    return out
+
+
+def _mul_bf16x2(a: int, b: int) -> int:
+    lo = _bf16_bits(_bf16_value(a & 0xFFFF) * _bf16_value(b & 0xFFFF))
+    hi = _bf16_bits(_bf16_value(a >> 16) * _bf16_value(b >> 16))
+    return lo | (hi << 16)
+
+
+def run_ptx(asm: str, inputs: dict) -> dict:
+    """Execute the straight-line PTX subset; inputs/outputs keyed by '$n'."""
+    regs = dict(inputs)
+
+    def val(tok):
+        tok = tok.strip()
+        return regs[tok] if tok in regs else int(tok, 0)
+    body = asm.replace("{", ";").replace("}", ";")
+    for stmt in (s.strip() for s in body.split(";")):
+        if not stmt or stmt.startswith(".reg"):
+            continue
+        op, rest = stmt.split(None, 1)
+        dst, *args = [t.strip() for t in rest.split(",")]
+        if op == "mov.b32":
+            r = val(args[0])
+        elif op == "prmt.b32":
+            r = _prmt(val(args[0]), val(args[1]), val(args[2]))
+        elif op == "shl.b32":
+            r = val(args[0]) << val(args[1])
+        elif op == "shr.b32":
+            r = val(args[0]) >> val(args[1])
+        elif op == "and.b32":
+            r = val(args[0]) & val(args[1])
+        elif op == "or.b32":
+            r = val(args[0]) | val(args[1])
+        elif op == "mul.rn.bf16x2":
+            r = _mul_bf16x2(val(args[0]), val(args[1]))
+        else:
+            raise AssertionError(f"emulator lacks {op!r}")
+        regs[dst] = r & 0xFFFFFFFF
+    return regs
+
+
+def _load(name, path, extra_path):
+    pytest.importorskip("triton")
+    saved = {k: sys.modules.pop(k) for k in ("task", "reference") if k in sys.modules}
+    sys.path.insert(0, str(extra_path))
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(extra_path))
+        for k in ("task", "reference"):
+            sys.modules.pop(k, None)
+        sys.modules.update(saved)
+
+
+def _asms():
+    paged = _load("paged_submission_asm", ROOT / "problems/paged_mqa_logits/submission.py",
+                  ROOT / "problems/paged_mqa_logits")
+    mla = _load("mla_submission_asm", ROOT / "submission.py", ROOT)
+    return {"paged _FP4_ASM": paged._FP4_ASM.value, "mla _MX_ASM": mla._MX_ASM.value}
+
+
+@pytest.mark.parametrize("e", [0, 1, 60, 126, 127, 128, 129, 200, 253, 254])
+def test_e2m1_decodes_are_exact(e):
+    scale = 2.0 ** (e - 127)
+    s_bits = _bf16_bits(scale)
+    assert _bf16_value(s_bits) == scale  # every E8M0 scale is a bf16 value (e = 0 a subnormal)
+    rng = np.random.default_rng(e)
+    words = [int.from_bytes(bytes(range(i, i + 4)), "little") for i in range(0, 256, 4)]  # every byte
+    words += [int(w) for w in rng.integers(0, 2 ** 32, 64, dtype=np.uint64)]
+    for name, asm in _asms().items():
+        assert len(re.findall(r"\$[0-3]\b", asm)) >= 4, name
+        for w in words:
+            out = run_ptx(asm, {"$4": w, "$5": s_bits * 0x10001, "$6": s_bits * 0x10001})
+            b = w.to_bytes(4, "little")
+            want_lo = [_bf16_bits((-1) ** (x >> 3 & 1) * E2M1[x & 7] * scale) for x in (v & 15 for v in b)]
+            want_hi = [_bf16_bits((-1) ** (x >> 3 & 1) * E2M1[x & 7] * scale) for x in (v >> 4 for v in b)]
+            got = [out[f"${i}"] for i in range(4)]
+            got_lo = [got[0] & 0xFFFF, got[0] >> 16, got[1] & 0xFFFF, got[1] >> 16]
+            got_hi = [got[2] & 0xFFFF, got[2] >> 16, got[3] & 0xFFFF, got[3] >> 16]
+            assert (got_lo, got_hi) == (want_lo, want_hi), f"{name}: word {w:#010x}, e={e}"
+
+
+def test_emulator_sees_a_wrong_mask():
+    """The test above can fail: one wrong mask in the decode is caught."""
+    asm = _asms()["paged _FP4_ASM"].replace("0x01C001C0", "0x01C000C0", 1)
+    s = _bf16_bits(1.0) * 0x10001
+    out = run_ptx(asm, {"$4": 0x07070707, "$5": s, "$6": s})
+    assert out["$0"] != _bf16_bits(6.0) * 0x10001
