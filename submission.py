@@ -117,29 +117,28 @@ def _group_cols(base: tl.constexpr, half: tl.constexpr, W: tl.constexpr, FMT: tl
 
 
 # E2M1 -> bf16 on the GPU, in PTX on packed registers (Triton's per-byte integer ops and its
-# fp8 conversion cost ~3x more instructions, which made the kernel ALU-bound). Per byte lane:
-# placing sign/exponent/mantissa at bf16 bits 15 / 8-7 / 6 gives exactly value * 2^-126
+# fp8 conversion cost ~3x more instructions, which made the kernel ALU-bound). prmt spreads bytes
+# 0/1 (then 2/3) to the two 16-bit halves, and both nibbles of the pair are decoded from that one
+# word: placing sign/exponent/mantissa at bf16 bits 15 / 8-7 / 6 gives exactly value * 2^-126
 # (E=0 lands on a bf16 subnormal); two exact multiplies by 2^126 and the block scale finish.
+# The same text as the paged kit's _FP4_ASM; tests/test_asm_decodes.py runs both in a PTX emulator.
 _MX_ASM = tl.constexpr("""
 {
-.reg .b32 w, a, b, c, k;
+.reg .b32 a, t, u, k;
 mov.b32 k, 0x7E807E80;
-and.b32 w, $4, 0x0F0F0F0F;
-prmt.b32 a, w, 0, 0x4140; shl.b32 b, a, 12; shl.b32 c, a, 6;
-and.b32 b, b, 0x80008000; and.b32 c, c, 0x01C001C0; or.b32 a, b, c;
-mul.rn.bf16x2 a, a, k; mul.rn.bf16x2 $0, a, $5;
-prmt.b32 a, w, 0, 0x4342; shl.b32 b, a, 12; shl.b32 c, a, 6;
-and.b32 b, b, 0x80008000; and.b32 c, c, 0x01C001C0; or.b32 a, b, c;
-mul.rn.bf16x2 a, a, k; mul.rn.bf16x2 $1, a, $6;
-shr.b32 w, $4, 4; and.b32 w, w, 0x0F0F0F0F;
-prmt.b32 a, w, 0, 0x4140; shl.b32 b, a, 12; shl.b32 c, a, 6;
-and.b32 b, b, 0x80008000; and.b32 c, c, 0x01C001C0; or.b32 a, b, c;
-mul.rn.bf16x2 a, a, k; mul.rn.bf16x2 $2, a, $5;
-prmt.b32 a, w, 0, 0x4342; shl.b32 b, a, 12; shl.b32 c, a, 6;
-and.b32 b, b, 0x80008000; and.b32 c, c, 0x01C001C0; or.b32 a, b, c;
-mul.rn.bf16x2 a, a, k; mul.rn.bf16x2 $3, a, $6;
+prmt.b32 a, $4, 0, 0x4140;
+shl.b32 t, a, 6; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 12; and.b32 u, u, 0x80008000; or.b32 t, t, u;
+mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $0, t, $5;
+shl.b32 t, a, 2; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 8; and.b32 u, u, 0x80008000; or.b32 t, t, u;
+mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $2, t, $5;
+prmt.b32 a, $4, 0, 0x4342;
+shl.b32 t, a, 6; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 12; and.b32 u, u, 0x80008000; or.b32 t, t, u;
+mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $1, t, $6;
+shl.b32 t, a, 2; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 8; and.b32 u, u, 0x80008000; or.b32 t, t, u;
+mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $3, t, $6;
 }
 """)
+
 
 
 @triton.jit
