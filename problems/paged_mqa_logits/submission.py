@@ -324,7 +324,7 @@ def _descriptors(data, fmt, next_n, q_tma=1, kv_tma=1, scale_tma=1):
         q_desc = TensorDescriptor(q2, [batch * qn, D], [D, 1], [qn, D]) if q_tma else None
         s_desc = (TensorDescriptor(words, [rows, D // 4], [D // 4, 1], [BLOCK * 4 // D, D // 4])
                   if scale_tma else None)
-        q_args = (qts[0], qts[0])
+        q_args = (qts[0], qts[0])  # q_scale_ptr: unused by the fp8 kernel
     else:
         q_args = (qts[0], qts[1].view(torch.int32))
     k_desc = TensorDescriptor(keys, [rows, rb], [rb, 1], [BLOCK, rb]) if kv_tma else None
