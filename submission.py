@@ -695,8 +695,7 @@ class _Route:
 
     def __call__(self, q, kv_data, kv_indptr):
         base, scales = _cache_and_scales(kv_data, self.fmt)
-        out = torch.empty((self.total_q, NUM_HEADS, V_DIM), dtype=torch.bfloat16,
-                          device=self.device)
+        out = q.new_empty((self.total_q, NUM_HEADS, V_DIM))  # bf16 on q's device (the signature pins both)
         stream = self.stream_of(self.device.index)
         ptr, out_ptr, row = base.data_ptr(), out.data_ptr(), self.row
         # The cache's token count is not in the signature (ragged batches change it): the
@@ -739,10 +738,10 @@ def _signature(q, kv_data, kv_indptr, config, fmt):
     else:
         scale_layout = None
     return (fmt, tuple(config.items()),
-            q.shape, q.stride(), q.dtype, q.device,
-            kv_indptr.shape, kv_indptr.stride(), kv_indptr.dtype, kv_indptr.device,
-            base.shape[0] > 0, base.shape[1:], base.stride(), base.dtype, base.device,
-            scale_layout, scales.stride(), scales.dtype, scales.device,
+            q.shape, q.stride(), q.dtype, q.get_device(),  # get_device(): an int, cheaper than .device
+            kv_indptr.shape, kv_indptr.stride(), kv_indptr.dtype, kv_indptr.get_device(),
+            base.shape[0] > 0, base.shape[1:], base.stride(), base.dtype, base.get_device(),
+            scale_layout, scales.stride(), scales.dtype, scales.get_device(),
             (q.data_ptr() | kv_indptr.data_ptr() | base.data_ptr() | scales.data_ptr()) & 15)
 
 

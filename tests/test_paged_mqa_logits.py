@@ -247,6 +247,11 @@ def test_routing_reasons(mods, case):
     bad_kv = (q, {"fp8": kv["fp8"][:, :, :, :128].contiguous(), "fp4": kv["fp4"]}, w, cl, bt, L)
     assert "kv_cache" in sub.route(bad_kv, require_cuda=False)[1]
     assert "not (q, kv_cache" in sub.route((1, 2), require_cuda=False)[1]
+    bad_dev = (q, kv, w.to("meta"), cl, bt, L)  # a kernel would get a pointer it cannot read
+    assert "different devices" in sub.route(bad_dev, require_cuda=False)[1]
+    bad_cl = (q, kv, w, torch.stack([cl, cl], 1)[:, 0], bt, L)  # int32 (batch,) but strided
+    assert "not contiguous" in sub.route(bad_cl, require_cuda=False)[1]
+    assert sub._signature(bad_cl) != sub._signature(case)
     # the fp4 pair's own layout checks
     assert sub.route(case, "fp4", require_cuda=False)[0]
     bad_q4 = ({"fp8": q["fp8"], "fp4": (q["fp4"][0][..., :32].contiguous(), q["fp4"][1])}, kv, w, cl, bt, L)

@@ -282,8 +282,11 @@ def route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
         return False, f"next_n = {next_n}; the kernel handles 1, 2, 4"
     if kv.dtype != torch.uint8 or kv.dim() != 4 or tuple(kv.shape[1:]) != (BLOCK, 1, rb + 4):
         return False, f"kv_cache['{fmt}'] is {kv.dtype} {tuple(kv.shape)}, expected uint8 (num_blocks, {BLOCK}, 1, {rb + 4})"
+    if any(t.device != qf.device for t in (*qts, kv, weights, context_lens, block_tables)):
+        return False, (f"inputs on different devices (q {qf.device}, cache {kv.device}, weights {weights.device}, "
+                       f"context_lens {context_lens.device}, block_tables {block_tables.device})")
     if not (all(t.is_contiguous() for t in qts) and kv.is_contiguous() and weights.is_contiguous()
-            and block_tables.stride(1) == 1):
+            and context_lens.is_contiguous() and block_tables.stride(1) == 1):
         return False, "a tensor is not contiguous"
     if kv.data_ptr() % 16 or any(t.data_ptr() % 16 for t in qts):
         return False, "q or the cache is not 16-byte aligned (TMA)"
@@ -368,16 +371,20 @@ def _signature(data):
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
     fmt = plan_for(*_shape_of(data))[0]
     qts, kv = _format_tensors(data, fmt)
-    qa = qts[-1]  # fp4: the scales (the packed part's layout follows from route's checks on both)
+    qf, kv_shape = qts[0], kv.shape
+    # Read on every call, so kept lean: get_device() (an int) rather than .device, and the fp4 scales
+    # only for fp4 (the fp8 pair has one q tensor).
+    qa = ((qts[1].shape, qts[1].stride(), qts[1].dtype, qts[1].get_device(), qts[1].data_ptr() & 15)
+          if fmt == "fp4" else None)
     # The cache's block count is left out (it follows the random context lengths, so it changes with
     # every input); only whether it fits 32-bit row coordinates counts, and _Entry reads it per call.
-    return (fmt, qts[0].shape, qts[0].stride(), qts[0].dtype, qts[0].device, qa.shape, qa.stride(), qa.dtype,
-            0 < kv.shape[0] * CACHE_ROWS_PER_BLOCK[fmt] < 2 ** 31, kv.shape[1:], kv.stride(), kv.dtype, kv.device,
-            weights.shape, weights.stride(), weights.dtype, weights.device,
-            context_lens.shape, context_lens.dtype, context_lens.device,
-            block_tables.shape, block_tables.stride(), block_tables.dtype, block_tables.device,
+    return (fmt, qf.shape, qf.stride(), qf.dtype, qf.get_device(), qa,
+            0 < kv_shape[0] * CACHE_ROWS_PER_BLOCK[fmt] < 2 ** 31, kv_shape[1:], kv.stride(), kv.dtype,
+            kv.get_device(), weights.shape, weights.stride(), weights.dtype, weights.get_device(),
+            context_lens.shape, context_lens.stride(), context_lens.dtype, context_lens.get_device(),
+            block_tables.shape, block_tables.stride(), block_tables.dtype, block_tables.get_device(),
             max_model_len, type(max_model_len),
-            (qts[0].data_ptr() | qa.data_ptr() | kv.data_ptr() | weights.data_ptr() | context_lens.data_ptr()
+            (qf.data_ptr() | kv.data_ptr() | weights.data_ptr() | context_lens.data_ptr()
              | block_tables.data_ptr()) & 15)
 
 
@@ -442,7 +449,7 @@ class _Entry:
     def __call__(self, data):
         q, kv_cache, weights, context_lens, block_tables, max_model_len = data
         qts, kv = _format_tensors(data, self.fmt)
-        out = torch.empty(self.out_shape, dtype=torch.float32, device=self.device)
+        out = weights.new_empty(self.out_shape)  # float32 on the device (the signature pins both); cheaper than torch.empty
         ptrs = (qts[0].data_ptr(), kv.data_ptr())
         cache_rows = kv.shape[0] * self.rows_per_block
         args = []

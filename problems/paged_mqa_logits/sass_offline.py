@@ -1,0 +1,70 @@
+"""Compile the paged kernel for sm_90 on a CPU machine and count its SASS (registers, spills, shared
+memory, instruction mix), to check a variant before spending GPU time.
+
+    python problems/paged_mqa_logits/sass_offline.py FMT CHUNK STAGES WARPS [NEXT_N]    e.g. fp4 8 3 4
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE]
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+import submission as S  # noqa: E402
+
+WATCH = ("UTMALDG", "QGMMA", "HGMMA", "HMMA", "LDS", "STS", "LDSM", "LDL", "STL", "LOP3", "PRMT", "SHF",
+         "FMUL", "FFMA", "FMNMX", "SHFL", "BAR", "SYNCS")
+
+
+def main():
+    fmt, chunk, stages, warps = sys.argv[1], *map(int, sys.argv[2:5])
+    next_n = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    qn = next_n * S.H
+    rb = S.ROW_BYTES[fmt]
+    elt = "fp8e4nv" if fmt == "fp8" else "u8"
+    signature = {
+        "q_desc": f"tensordesc<fp8e4nv[{qn}, {S.D}]>" if fmt == "fp8" else "constexpr",
+        "k_desc": f"tensordesc<{elt}[{S.BLOCK}, {rb}]>", "s_desc": "constexpr",
+        "q_ptr": "*fp8e4nv" if fmt == "fp8" else "*u8", "q_scale_ptr": "*i32" if fmt == "fp4" else "*fp8e4nv",
+        "kv_ptr": f"*{elt}", "kv_word_ptr": "*fp32" if fmt == "fp8" else "*i32", "w_ptr": "*fp32",
+        "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32",
+        "bt_stride": "i32", "out_stride": "i32", "max_model_len": "i32",
+    }
+    constexprs = {"q_desc": None, "s_desc": None, "FMT": S.FMT_IDS[fmt], "NEXT_N": next_n, "H": S.H, "D": S.D,
+                  "BLOCK": S.BLOCK, "CHUNK": chunk, "NUM_STAGES": stages, "BT_VECTOR": 1, "SCALE_TMA": 0,
+                  "KV_TMA": 1, "Q_TMA": 0}
+    if fmt == "fp8":
+        del constexprs["q_desc"]
+    for k in constexprs:
+        signature.setdefault(k, "constexpr")
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(3, 11)}
+    src = ASTSource(S._paged_mqa_logits_kernel, signature, constexprs, aligned)
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    path = f"/tmp/paged_{fmt}_{chunk}_{stages}_{warps}_{next_n}"
+    with open(path + ".cubin", "wb") as f:
+        f.write(kernel.asm["cubin"])
+    sass = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", path + ".cubin"],
+                          capture_output=True, text=True, check=True).stdout
+    usage = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", path + ".cubin"],
+                           capture_output=True, text=True).stdout
+    with open(path + ".sass", "w") as f:
+        f.write(sass)
+    with open(path + ".ttgir", "w") as f:
+        f.write(kernel.asm["ttgir"])
+    ops = collections.Counter(m.group(1).split(".")[0]
+                              for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass))
+    regs = re.search(r"REG:(\d+)", usage)
+    print(f"{fmt} chunk={chunk} stages={stages} warps={warps} next_n={next_n}: "
+          f"regs {regs.group(1) if regs else '?'}, shared {kernel.metadata.shared} B, {sum(ops.values())} instr")
+    print("  " + ", ".join(f"{op} {sum(v for k, v in ops.items() if k == op)}" for op in WATCH))
+    print(f"  sass: {path}.sass")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""How much of eval.py's benchmark time is host time, per benchmark case of a problem.
+
+    python tools/host_exposure.py [--problem problems/paged_mqa_logits] [--calls 100]
+
+For each benchmark case in task.yml (same input generation and seeds as eval.py benchmark) it
+times `calls` calls three ways and prints the means:
+  eval   as eval.py does: events made, sync, L2 flush, start event, custom_kernel, end event
+         (plus an event pair around the flush)
+  gpu    the same, but the GPU sleeps ~200 us before the start event, so the host has queued the
+         whole call before the GPU reaches it: the GPU time alone (the flush's dirty L2 included)
+  host   wall time of custom_kernel itself in the eval loop (perf_counter)
+  flush  GPU time of the flush (how much host time it can hide)
+eval - gpu is the host time the flush did not hide.
+"""
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--problem", default=".")
+    ap.add_argument("--calls", type=int, default=100)
+    args = ap.parse_args()
+    problem = (ROOT / args.problem).resolve()
+    sys.path[:0] = [str(problem), str(ROOT)]
+    import torch
+    import eval as harness
+    import reference
+    import utils
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("submission", problem / "submission.py")
+    sub = importlib.util.module_from_spec(spec)
+    sys.modules["submission"] = sub
+    spec.loader.exec_module(sub)
+    kernel = sub.custom_kernel
+    flush = utils.L2Flush()
+    task = harness.load_task(problem)
+    sleep_cycles = int(200e-6 * torch.cuda.get_device_properties(0).clock_rate * 1e3)
+
+    def events():
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    rows = []
+    for case in harness.make_cases(task["benchmarks"], None):
+        data = utils.clone_data(reference.generate_input(**case.args))
+        for _ in range(10):
+            kernel(data)
+        t_eval, t_gpu, t_host, t_flush = [], [], [], []
+        for _ in range(args.calls):
+            a, b = events()
+            start, end = events()
+            torch.cuda.synchronize()
+            a.record()
+            flush()
+            b.record()
+            start.record()
+            h0 = time.perf_counter_ns()
+            out = kernel(data)
+            t_host.append((time.perf_counter_ns() - h0) / 1e3)
+            end.record()
+            torch.cuda.synchronize()
+            t_eval.append(start.elapsed_time(end) * 1e3)
+            t_flush.append(a.elapsed_time(b) * 1e3)
+            del out
+            start, end = events()
+            torch.cuda.synchronize()
+            flush()
+            torch.cuda._sleep(sleep_cycles)
+            start.record()
+            out = kernel(data)
+            end.record()
+            torch.cuda.synchronize()
+            t_gpu.append(start.elapsed_time(end) * 1e3)
+            del out
+        m = statistics.mean
+        rows.append((case.spec, m(t_eval), m(t_gpu), m(t_host), m(t_flush)))
+    print(f"{'case':70s} {'eval us':>8s} {'gpu us':>8s} {'host us':>8s} {'flush us':>8s}")
+    for r in rows:
+        print(f"{r[0][:70]:70s} {r[1]:8.1f} {r[2]:8.1f} {r[3]:8.1f} {r[4]:8.1f}")
+    geo = lambda i: math.exp(sum(math.log(r[i]) for r in rows) / len(rows))
+    print(f"{'geomean':70s} {geo(1):8.1f} {geo(2):8.1f} {geo(3):8.1f} {geo(4):8.1f}")
+
+
+if __name__ == "__main__":
+    main()
