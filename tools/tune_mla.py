@@ -37,6 +37,17 @@ def candidates(batch, kv, qlen):
                     yield (fmt, bn, sp, warps, stages, trans)
 
 
+def around_plan(batch, kv, qlen):
+    fmt, bn, splits, warps, stages, trans = S.plan_for(batch, kv, qlen)
+    counts = sorted({max(1, min(int(splits * f), S.MAX_SPLITS, kv // 64)) for f in (0.5, 1, 2, 4)})
+    other = "bf16" if fmt == "fp8" else "fp8"
+    obn, owarps, ostages, otrans = S.RULE_KERNEL[other] if fmt in ("fp8", "bf16") else (bn, warps, stages, trans)
+    for sp in counts:
+        yield (fmt, bn, sp, warps, stages, trans)
+        if fmt in ("fp8", "bf16"):
+            yield (other, obn, sp, owarps, ostages, otrans)
+
+
 def write_plans(table):
     """Replace submission.py's PLANS = {...} block (up to its closing brace) with `table`."""
     path = os.path.join(ROOT, "submission.py")
@@ -56,7 +67,14 @@ def main():
     ap.add_argument("--write", action="store_true", help="write the table into submission.py")
     ap.add_argument("--kernels", default=None,
                     help="only these (block_n,warps,trans) kernels, e.g. '64,4,0 128,8,0'")
+    ap.add_argument("--around-plans", action="store_true",
+                    help="only the current PLANS entry's kernel and the rule's kernel of the other of fp8/bf16, "
+                         "at 1/2, 1, 2 and 4 times the entry's splits (a quick re-tune after a kernel change)")
+    ap.add_argument("--shapes", default=None, help="only these shapes, e.g. '4x1024 4x8192'")
     args = ap.parse_args()
+    if args.shapes:
+        wanted = {tuple(int(x) for x in sh.split("x")) for sh in args.shapes.split()}
+        SHAPES[:] = [sh for sh in SHAPES if sh[:2] in wanted]
     if args.kernels:
         KERNELS[:] = [tuple(int(x) for x in k.split(",")) for k in args.kernels.split()]
     best = {}
@@ -64,7 +82,7 @@ def main():
     for batch, kv, qlen in SHAPES:
         data = R.generate_input(batch, qlen, kv, 99)
         q, kv_data, qo, kvp, cfg = data
-        for plan in candidates(batch, kv, qlen):
+        for plan in (around_plan(batch, kv, qlen) if args.around_plans else candidates(batch, kv, qlen)):
             try:  # time the route custom_kernel would run (direct launches)
                 route, _ = S._make_route(q, kv_data, kvp, cfg, plan)  # compiles, checks bitwise
                 if not route:
