@@ -15,11 +15,9 @@ eval - gpu is the host time the flush did not hide.
 import argparse
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from problem_loader import load, queued_gpu_us
 
 
 def main():
@@ -27,29 +25,18 @@ def main():
     ap.add_argument("--problem", default=".")
     ap.add_argument("--calls", type=int, default=100)
     args = ap.parse_args()
-    problem = (ROOT / args.problem).resolve()
-    sys.path[:0] = [str(problem), str(ROOT)]
+    p = load(args.problem)
     import torch
-    import eval as harness
-    import reference
-    import utils
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("submission", problem / "submission.py")
-    sub = importlib.util.module_from_spec(spec)
-    sys.modules["submission"] = sub
-    spec.loader.exec_module(sub)
-    kernel = sub.custom_kernel
-    flush = utils.L2Flush()
-    task = harness.load_task(problem)
-    sleep_cycles = int(200e-6 * torch.cuda.get_device_properties(0).clock_rate * 1e3)
+    kernel = p.submission.custom_kernel
+    flush = p.utils.L2Flush()
 
     def events():
         return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     rows = []
-    for case in harness.make_cases(task["benchmarks"], None):
-        data = utils.clone_data(reference.generate_input(**case.args))
+    for case in p.cases:
+        data = p.utils.clone_data(p.reference.generate_input(**case.args))
         for _ in range(10):
             kernel(data)
         t_eval, t_gpu, t_host, t_flush = [], [], [], []
@@ -69,16 +56,7 @@ def main():
             t_eval.append(start.elapsed_time(end) * 1e3)
             t_flush.append(a.elapsed_time(b) * 1e3)
             del out
-            start, end = events()
-            torch.cuda.synchronize()
-            flush()
-            torch.cuda._sleep(sleep_cycles)
-            start.record()
-            out = kernel(data)
-            end.record()
-            torch.cuda.synchronize()
-            t_gpu.append(start.elapsed_time(end) * 1e3)
-            del out
+            t_gpu.append(queued_gpu_us(lambda: kernel(data), flush))
         m = statistics.mean
         rows.append((case.spec, m(t_eval), m(t_gpu), m(t_host), m(t_flush)))
     print(f"{'case':70s} {'eval us':>8s} {'gpu us':>8s} {'host us':>8s} {'flush us':>8s}")

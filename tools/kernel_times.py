@@ -4,10 +4,8 @@
 """
 import argparse
 import collections
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from problem_loader import load
 
 
 def main():
@@ -15,24 +13,14 @@ def main():
     ap.add_argument("--problem", default=".")
     ap.add_argument("--calls", type=int, default=5)
     args = ap.parse_args()
-    problem = (ROOT / args.problem).resolve()
-    sys.path[:0] = [str(problem), str(ROOT)]
-    import importlib.util
-
+    p = load(args.problem)
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    import eval as harness
-    import reference
-    import utils
-
-    spec = importlib.util.spec_from_file_location("submission", problem / "submission.py")
-    sub = importlib.util.module_from_spec(spec)
-    sys.modules["submission"] = sub
-    spec.loader.exec_module(sub)
-    flush = utils.L2Flush()
-    for case in harness.make_cases(harness.load_task(problem)["benchmarks"], None):
-        data = utils.clone_data(reference.generate_input(**case.args))
+    sub = p.submission
+    flush = p.utils.L2Flush()
+    for case in p.cases:
+        data = p.utils.clone_data(p.reference.generate_input(**case.args))
         for _ in range(3):
             sub.custom_kernel(data)
         torch.cuda.synchronize()

@@ -1,0 +1,42 @@
+"""Shared set-up of the device diagnostics in tools/ (host_exposure, flush_effect, kernel_times): a
+problem directory's modules, imported as eval.py's worker imports them, and GPU-only timing."""
+import importlib.util
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(problem: str = ".") -> SimpleNamespace:
+    """reference, utils and submission modules of a problem directory (relative to the repo root), and
+    its benchmark cases as eval.py makes them (task.yml's seeds)."""
+    path = (ROOT / problem).resolve()
+    sys.path[:0] = [str(path), str(ROOT)]
+    import eval as harness
+    import reference
+    import utils
+
+    spec = importlib.util.spec_from_file_location("submission", path / "submission.py")
+    submission = importlib.util.module_from_spec(spec)
+    sys.modules["submission"] = submission
+    spec.loader.exec_module(submission)
+    cases = harness.make_cases(harness.load_task(path)["benchmarks"], None)
+    return SimpleNamespace(reference=reference, utils=utils, submission=submission, cases=cases)
+
+
+def queued_gpu_us(fn, flush) -> float:
+    """GPU time of fn() in us after flush(), with the GPU held ~200 us so that the host queues the
+    whole call before the GPU reaches it: no host time in it (the flush's after-effects are)."""
+    import torch
+
+    cycles = int(200e-6 * torch.cuda.get_device_properties(0).clock_rate * 1e3)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    flush()
+    torch.cuda._sleep(cycles)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3
