@@ -6,26 +6,21 @@ Each piece is timed in a loop shaped like eval.py's (sync, L2 flush, then the pi
 """
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-PROBLEM = ROOT / "problems" / "paged_mqa_logits"
+from problem_loader import load
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=200)
     args = ap.parse_args()
-    sys.path[:0] = [str(PROBLEM), str(ROOT)]
+    p = load("problems/paged_mqa_logits")
     import torch
-    import reference
-    import submission as sub
-    import utils
 
+    sub, utils = p.submission, p.utils
     flush = utils.L2Flush()
-    data = utils.clone_data(reference.generate_input(batch=256, next_n=1, context=8192, random=1, seed=5003))
+    data = utils.clone_data(p.reference.generate_input(batch=256, next_n=1, context=8192, random=1, seed=5003))
     for _ in range(5):
         sub.custom_kernel(data)
     torch.cuda.synchronize()

@@ -40,11 +40,11 @@ def candidates(batch, kv, qlen):
 def around_plan(batch, kv, qlen):
     fmt, bn, splits, warps, stages, trans = S.plan_for(batch, kv, qlen)
     counts = sorted({max(1, min(int(splits * f), S.MAX_SPLITS, kv // 64)) for f in (0.5, 1, 2, 4)})
-    other = "bf16" if fmt == "fp8" else "fp8"
-    obn, owarps, ostages, otrans = S.RULE_KERNEL[other] if fmt in ("fp8", "bf16") else (bn, warps, stages, trans)
+    other = {"fp8": "bf16", "bf16": "fp8"}.get(fmt)  # an MXFP4 plan gets no counterpart
     for sp in counts:
         yield (fmt, bn, sp, warps, stages, trans)
-        if fmt in ("fp8", "bf16"):
+        if other:
+            obn, owarps, ostages, otrans = S.RULE_KERNEL[other]
             yield (other, obn, sp, owarps, ostages, otrans)
 
 
