@@ -386,3 +386,26 @@ def test_kernel_under_interpreter():
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     for (spec, plan), (ok, msg) in zip(cases, res):
         assert ok, f"{spec} {plan}: {msg}"
+
+
+def test_entry_memoizes_descriptors_by_addresses_and_cache_rows(mods):
+    """The entry's descriptor memo is keyed by what the encodes read (q's and the cache's addresses,
+    the cache's rows), reuses nothing across different ones, and stays bounded."""
+    ref, sub = mods
+    calls = []
+
+    def fill_tma(ptr, tag, shape, strides, pad):
+        calls.append(ptr)
+        return (ptr, tag, tuple(shape))
+    entry = sub._Entry.__new__(sub._Entry)
+    entry.fill_tma, entry.descriptor_args = fill_tma, {}
+    entry.descs = [(0, ("q box",), 128, 128), (1, ("key box",), None, 128), None]  # q, keys by TMA; scales plain
+    first = entry._descriptor_args((1 << 20, 2 << 20), 660)
+    assert first == ((1 << 20, "q box", (128, 128)), 128, 128, 128, 1,
+                     (2 << 20, "key box", (660, 128)), 660, 128, 128, 1, None)
+    assert entry._descriptor_args((1 << 20, 2 << 20), 660) is first and len(calls) == 2
+    assert entry._descriptor_args((1 << 20, 2 << 20), 330)[5][2] == (330, 128)  # fewer blocks: re-encoded
+    assert entry._descriptor_args((1 << 20, 3 << 20), 660)[5][0] == 3 << 20 and len(calls) == 6
+    for i in range(100):
+        entry._descriptor_args((1 << 20, (4 << 20) + 4096 * i), 660)
+    assert len(entry.descriptor_args) <= 16

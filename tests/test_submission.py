@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 import torch
@@ -236,3 +237,24 @@ def test_kernel_under_interpreter(interp_results, i):
 def test_interpreter_cases_cover_ragged_edges(interp_results):
     lens = [b - a for _, _, p, _, _, _ in interp_results for a, b in zip(p, p[1:])]
     assert 1 in lens and any(n % 16 for n in lens)
+
+
+def test_route_memoizes_descriptors_by_cache_address_and_length():
+    """The route's descriptor memo is keyed by what the encode reads (the cache's address and token
+    count), reuses nothing across different ones, and stays bounded under ever-new inputs."""
+    calls = []
+
+    def fill_tma(ptr, tag, shape, strides, pad):
+        calls.append((ptr, tag))
+        return (ptr, tag, tuple(shape), tuple(strides))
+    route = S._Route.__new__(S._Route)
+    route.row, route.descriptors, route.fill_tma = 576, {}, fill_tma
+    route.split = types.SimpleNamespace(tma=[("kv box",), ("rope box",)])
+    first = route._descriptors(1 << 20, 100)
+    assert first == ((1 << 20, "kv box", (100, 576), (576, 1)), (1 << 20, "rope box", (100, 576), (576, 1)))
+    assert route._descriptors(1 << 20, 100) is first and len(calls) == 2  # repeated cache: no encode
+    assert route._descriptors(1 << 20, 60)[0][2] == (60, 576)  # same address, other length: encoded
+    assert route._descriptors(2 << 20, 100)[1][0] == 2 << 20 and len(calls) == 6
+    for i in range(100):
+        route._descriptors((3 << 20) + 1024 * i, 100)
+    assert len(route.descriptors) <= 16

@@ -62,7 +62,7 @@ LAST_COMPILED = [None]  # the CompiledKernel of the latest launch (bench reads i
 # entries loaded once as a vector (a scalar load per page stalls the pipeliner); *_tma: TMA for the
 # scales / keys / q (else plain loads; the fp4 kernel loads q and scales plainly). Host time matters
 # as much as GPU time at these sizes (the benchmark's L2 flush hides only ~35 us of it), and each
-# host tensor descriptor costs an encode per launch, so the plans keep one (the keys'). From a
+# host tensor descriptor costs an encode for each new input (memoized by address), so the plans keep one (the keys'). From a
 # sweep on an H200 (bench.py).
 PLANS = {
     (256, 1, 1344): ("fp8", 8, 3, 4, 1, 0, 1, 0),
@@ -445,22 +445,36 @@ class _Entry:
             raise RuntimeError("descriptor count differs from the plan")
         self.scalars = (data[4].stride(0), max_model_len, max_model_len)  # bt, out strides; len
         self.tail = (FMT_IDS[fmt], next_n, H, D, BLOCK, chunk, stages, bt_vector, scale_tma, kv_tma, q_tma)
+        self.descriptor_args = {}  # (q pointer, cache pointer, cache rows) -> the descriptor arguments
+
+    def _descriptor_args(self, ptrs, cache_rows):
+        """The kernel's descriptor parameters for q and a cache at these addresses, the cache of this
+        many rows. Encoding is a pure function of them (box, swizzle and widths are the entry's), so
+        repeated inputs reuse it: a memo of addresses and a shape, never of data. Bounded, since fresh
+        inputs (leaderboard mode) bring new addresses nearly every call."""
+        key = (*ptrs, cache_rows)
+        args = self.descriptor_args.get(key)
+        if args is None:
+            if len(self.descriptor_args) >= 16:
+                self.descriptor_args.clear()
+            args = []
+            for d in self.descs:
+                if d is None:
+                    args.append(None)
+                else:
+                    src, head, rows, width = d
+                    rows = rows or cache_rows
+                    args.append(self.fill_tma(ptrs[src], *head, [rows, width], [width, 1], 0))
+                    args.extend((rows, width, width, 1))
+            args = self.descriptor_args[key] = tuple(args)
+        return args
 
     def __call__(self, data):
         q, kv_cache, weights, context_lens, block_tables, max_model_len = data
         qts, kv = _format_tensors(data, self.fmt)
         out = weights.new_empty(self.out_shape)  # float32 on the device (the signature pins both); cheaper than torch.empty
         ptrs = (qts[0].data_ptr(), kv.data_ptr())
-        cache_rows = kv.shape[0] * self.rows_per_block
-        args = []
-        for d in self.descs:
-            if d is None:
-                args.append(None)
-            else:
-                src, head, rows, width = d
-                rows = rows or cache_rows
-                args.append(self.fill_tma(ptrs[src], *head, [rows, width], [width, 1], 0))
-                args.extend((rows, width, width, 1))
+        args = self._descriptor_args(ptrs, kv.shape[0] * self.rows_per_block)
         k = self.kernel
         k.launch(*self.grid, self.stream_of(self.device.index), *k.head, *args,
                  ptrs[0], qts[-1].data_ptr(), ptrs[1], ptrs[1], weights.data_ptr(), context_lens.data_ptr(),
