@@ -1,5 +1,5 @@
 """The inline-PTX E2M1 decodes of both submissions, run on the CPU by a small emulator of the PTX
-they use (mov, prmt, shl, shr, and, or, mul.rn.bf16x2). On the GPU these are the only code that turns
+they use (mov, prmt, shl, shr, and, or, sub, mul.lo, mul.rn.bf16x2). On the GPU these are the only code that turns
 packed nibbles into values; the interpreter tests take a plain-Triton path instead, so without this
 test a wrong shift or mask would first show on a GPU.
 
@@ -70,6 +70,10 @@ def run_ptx(asm: str, inputs: dict) -> dict:
             r = val(args[0]) << val(args[1])
         elif op == "shr.b32":
             r = val(args[0]) >> val(args[1])
+        elif op == "sub.u32":
+            r = val(args[0]) - val(args[1])
+        elif op == "mul.lo.u32":
+            r = val(args[0]) * val(args[1])
         elif op == "and.b32":
             r = val(args[0]) & val(args[1])
         elif op == "or.b32":
@@ -96,6 +100,11 @@ def _load(name, path, extra_path):
         for k in ("task", "reference"):
             sys.modules.pop(k, None)
         sys.modules.update(saved)
+
+
+def _paged():
+    return _load("paged_submission_asm", ROOT / "problems/paged_mqa_logits/submission.py",
+                 ROOT / "problems/paged_mqa_logits")
 
 
 def _asms():
@@ -132,3 +141,39 @@ def test_emulator_sees_a_wrong_mask():
     s = _bf16_bits(1.0) * 0x10001
     out = run_ptx(asm, {"$4": 0x07070707, "$5": s, "$6": s})
     assert out["$0"] != _bf16_bits(6.0) * 0x10001
+
+
+def _e5m2_bits(x: float) -> int:
+    import torch
+    return int(torch.tensor([x], dtype=torch.float32).to(torch.float8_e5m2).view(torch.uint8)[0])
+
+
+def _fold(asm, w, n, g, other=0):
+    """Run the paged kernel's _FOLD_ASM on packed word w of scale group g, whose n is n (the other
+    groups' bytes of the n word set to `other`): (low-nibble bytes, high-nibble bytes)."""
+    n_word = sum((n if i == g else other) << (8 * i) for i in range(4))
+    out = run_ptx(asm, {"$2": w, "$3": n_word, "$7": g * 0x01010101})
+    return [(out["$0"] >> 8 * i) & 0xFF for i in range(4)], [(out["$1"] >> 8 * i) & 0xFF for i in range(4)]
+
+
+@pytest.mark.parametrize("n", range(16))
+def test_paged_fold_decode_is_exact(n):
+    """The Gluon fp4 kernel's _FOLD_ASM: E2M1 x 2^(2 - n) as e5m2, exact for every code and n <= 15,
+    n taken from byte g of the n word for group g, bytes in the K order it documents (low nibbles of
+    bytes [0, 2, 1, 3], i.e. elements 0, 4, 2, 6, then the high nibbles)."""
+    asm = _paged()._FOLD_ASM.value
+    rng = np.random.default_rng(n)
+    words = [int.from_bytes(bytes(range(i, i + 4)), "little") for i in range(0, 256, 4)]  # every byte
+    words += [int(w) for w in rng.integers(0, 2 ** 32, 32, dtype=np.uint64)]
+    for g in range(4):
+        for w in words:
+            b = w.to_bytes(4, "little")
+            want = [[_e5m2_bits((-1) ** (x >> 3 & 1) * E2M1[x & 7] * 2.0 ** (2 - n)) for x in nib]
+                    for nib in ([b[i] & 15 for i in (0, 2, 1, 3)], [b[i] >> 4 for i in (0, 2, 1, 3)])]
+            assert list(_fold(asm, w, n, g, other=(n + 7) % 16)) == want, f"word {w:#010x}, n={n}, g={g}"
+
+
+def test_fold_emulation_sees_a_wrong_order():
+    """The test above can fail: one wrong byte order in the decode is caught."""
+    asm = _paged()._FOLD_ASM.value.replace("0x3120", "0x3210", 1)
+    assert _fold(asm, 0x00000800, 0, 0)[0] != [0, 0, 0x80, 0]  # -0 in byte 1's low nibble: element 2

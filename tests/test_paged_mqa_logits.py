@@ -3,6 +3,7 @@ and the Triton kernel under TRITON_INTERPRET=1 (in a subprocess, since the varia
 Triton is imported)."""
 import importlib
 import json
+import re
 import os
 import subprocess
 import sys
@@ -261,6 +262,17 @@ def test_routing_reasons(mods, case):
     bad_kv4 = (q, {"fp8": kv["fp8"], "fp4": kv["fp4"][:, :, :, :64].contiguous()}, w, cl, bt, L)
     assert "kv_cache['fp4']" in sub.route(bad_kv4, "fp4", require_cuda=False)[1]
     assert sub.route(bad_kv4, "fp8", require_cuda=False)[0]  # a pair the plan does not read is not checked
+    # the Gluon kernel reads the fp4 pair: the same checks, and Gluon itself
+    assert sub.route(case, "fp4w", require_cuda=False)[0]
+    assert "kv_cache['fp4']" in sub.route(bad_kv4, "fp4w", require_cuda=False)[1]
+
+
+def test_fp4w_routes_to_the_reference_without_gluon(mods, case, monkeypatch):
+    ref, sub = mods
+    monkeypatch.setattr(sub, "_GLUON_ERROR", "ImportError: no gluon")
+    ok, reason = sub.route(case, "fp4w", require_cuda=False)
+    assert not ok and "Gluon" in reason
+    assert sub.route(case, "fp4", require_cuda=False)[0]  # the Triton kernels do not need it
 
 
 def test_fallback_logs_once_and_is_exact(mods, case, capsys):
@@ -409,3 +421,29 @@ def test_entry_memoizes_descriptors_by_addresses_and_cache_rows(mods):
     for i in range(100):
         entry._descriptor_args((1 << 20, (4 << 20) + 4096 * i), 660)
     assert len(entry.descriptor_args) <= 16
+
+
+def test_gluon_fp4_kernel_compiles_for_sm90_with_register_keys(mods):
+    """The Gluon fp4 kernel (plan format fp4w) compiles for sm_90 on this CPU machine (Gluon has no
+    interpreter; the GPU run is bench.py's), and does what it is for: keys by TMA, fp8 wgmma, and the
+    decoded keys fed to the wgmma from registers (the only fp8 tiles put in shared memory are q's two)."""
+    ref, sub = mods
+    pytest.importorskip("triton.experimental.gluon")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    gl = sub.gl
+    k_layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.uint8)
+    w_layout = gl.NVMMASharedLayout.get_default_for([64], gl.int32)
+    signature = {"k_desc": f"tensordesc<u8[64, 64],{k_layout!r}>", "w_desc": f"tensordesc<i32[64],{w_layout!r}>",
+                 "q_ptr": "*u8", "q_scale_ptr": "*i32", "kv_ptr": "*u8", "kv_word_ptr": "*i32", "w_ptr": "*fp32",
+                 "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32", "bt_stride": "i32", "out_stride": "i32",
+                 "max_model_len": "i32"}
+    constexprs = {"NEXT_N": 1, "H": 64, "BLOCK": 64, "CHUNK": 8, "NUM_STAGES": 3}
+    signature.update({k: "constexpr" for k in constexprs})
+    src = GluonASTSource(sub._fp4_wgmma_kernel, signature, constexprs, {(i,): [["tt.divisibility", 16]] for i in range(2, 10)})
+    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
+    assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "e5m2.e5m2" in ptx
+    assert ttgir.count("warp_group_dot ") >= 2 and "dot_op<{opIdx = 0" in ttgir
+    assert len(re.findall(r"local_alloc %\S+ : \(tensor<\d+x\d+xf8E5M2", ttgir)) == 2

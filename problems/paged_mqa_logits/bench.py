@@ -121,7 +121,7 @@ def main():
     ap.add_argument("--final", action="store_true")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--skip-tests", action="store_true")
-    ap.add_argument("--formats", default="fp8,fp4", help="formats the sweep tries")
+    ap.add_argument("--formats", default="fp8,fp4,fp4w", help="plan formats the sweep tries")
     args = ap.parse_args()
     spec = yaml.safe_load(open(os.path.join(HERE, "task.yml")))
     print(f"torch {torch.__version__} triton {S.triton.__version__} {torch.cuda.get_device_name()}", flush=True)
@@ -138,7 +138,7 @@ def main():
             res.append(R.check_implementation(data, out))
         other = [R.check_implementation(data, S.launch(data, p))[0]
                  for p in [("fp8", 2, 4, 4, 1, 1, 1, 1), ("fp8", 1, 2, 4, 0, 0, 0, 0), ("fp4", 4, 3, 8, 1, 0, 1, 0),
-                           ("fp4", 2, 2, 4, 0, 0, 0, 0)]]
+                           ("fp4", 2, 2, 4, 0, 0, 0, 0), ("fp4w", 4, 3, 4, 0, 1, 1, 0)]]
         print(f"test {s}: route={reason} first={res[0][0]} cached={res[1][0]} other plans={other} "
               f"{res[1][1][:100]}", flush=True)
     print(f"launch cache: {len(S._FAST)} entries, off={S._FAST_OFF}", flush=True)
@@ -166,7 +166,7 @@ def main():
                 try:
                     out = S.launch(data, plan)
                     torch.cuda.synchronize()
-                    good, worst, bad_inf, nonfin = quick_check(out, *ref_of(plan[0]), valid)
+                    good, worst, bad_inf, nonfin = quick_check(out, *ref_of(S.PAIR[plan[0]]), valid)
                     t = gpu_time(lambda: S.launch(data, plan), flush, args.iters)
                     timed[plan] = (t, good, worst)
                 except Exception as exc:
@@ -179,10 +179,13 @@ def main():
             run_plans(candidates)
         else:
             for fmt in args.formats.split(","):
+                if fmt == "fp4w":  # the Gluon kernel: one warpgroup, TMA keys and scales
+                    run_plans([(fmt, c, st, 4, 0, 1, 1, 0) for c in (4, 8, 16, 32) for st in (2, 3, 4)])
+                    continue
                 run_plans([(fmt, c, st, w, 1, 0, 1, 0) for c in (4, 8, 16) for st in (2, 3, 4) for w in (4, 8)])
             candidates = [min((p for p in timed if timed[p][1]), key=lambda p: timed[p][0])]
         ranked = sorted(timed, key=lambda p: timed[p][0])
-        for fmt in R.FORMATS:
+        for fmt in S.FMT_IDS:
             mine = [p for p in ranked if p[0] == fmt]
             if mine:
                 print(f"  {s} {fmt}: " + ", ".join(f"{p[1:4]}={timed[p][0]:.1f}{'' if timed[p][1] else ' FAIL'}"
@@ -193,8 +196,8 @@ def main():
             S._FAST.clear()
             out = S.custom_kernel(data)  # compiles / caches the entry
             out = S.custom_kernel(data)  # through the launch cache
-            good, msg = R.compare(data, out, best[0])[:2]
-            nbytes = moved_bytes(data, best[0])
+            good, msg = R.compare(data, out, S.PAIR[best[0]])[:2]
+            nbytes = moved_bytes(data, S.PAIR[best[0]])
             t_gpu = gpu_time(lambda: S.custom_kernel(data), flush, args.iters)
             t_eval, t_eval_med = eval_style(lambda: S.custom_kernel(data), 3 * args.iters)
             t_host = host_time(lambda: S.custom_kernel(data))

@@ -1,7 +1,8 @@
 #!POPCORN leaderboard paged-mqa-logits
 #!POPCORN gpu H100
 """
-Paged MQA logits on Hopper: one Triton kernel, reading either format pair (constexpr FMT).
+Paged MQA logits on Hopper: a Triton kernel reading either format pair (constexpr FMT), and a Gluon
+kernel for the fp4 pair (plan format "fp4w").
 
 Grid (page chunks, batch). A program loads its sequence's q rows and weights once (q stays on chip
 for the whole page loop), then walks CHUNK logical pages; each page's keys come in by TMA, the page
@@ -18,7 +19,11 @@ whole (rows, max_model_len) output is written exactly once, by this one kernel.
       dequantized in registers to bf16 exactly (E2M1 x 2^(e-127) is a bf16 value for every e), the
       block scales folded in, so one bf16 wgmma pair per page (HGMMA; even and odd elements) gives
       the exact products summed in fp32. Half the cache bytes of fp8, but on the H200 it is slower
-      (135 vs 84 us at batch 256 x 8192; README "The fp4 kernel"), so PLANS read fp8.
+      (135 vs 84 us at batch 256 x 8192; README "The fp4 kernels"), so PLANS read fp8.
+  fp4w (Gluon, below the Triton kernel): the fp4 pair with the keys read from shared memory straight
+      into the wgmma register operand and decoded there to e5m2 with the block scales folded in; one
+      fp8 wgmma pair per page (QGMMA). 110 us at batch 256 x 8192: issue-bound (about 370 instructions
+      per thread per page, decode and epilogue), still slower than fp8, so no plan uses it either.
 
 Per-shape plans (PLANS) pick the format, chunk, pipeline depth and which loads use TMA.
 
@@ -47,13 +52,27 @@ try:
 except Exception as exc:  # pragma: no cover - depends on the install
     triton = tl = TensorDescriptor = knobs = None
     _TRITON_ERROR = f"{type(exc).__name__}: {exc}"
+try:  # Gluon (Triton's explicit-layout dialect): the fp4 kernel that keeps decoded keys in registers
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma as gtma,
+                                                                   warpgroup_mma, warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+    _GLUON_ERROR = None
+except Exception as exc:  # pragma: no cover - depends on the install
+    gluon = gl = None
+    _GLUON_ERROR = f"{type(exc).__name__}: {exc}"
 
 H, D, BLOCK = 64, 128, 64
 FMT_FP8, FMT_FP4 = 8, 4
-FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4}
+# Kernels by plan format: "fp8" and "fp4" run the Triton kernel on that format pair; "fp4w" runs the
+# Gluon kernel on the fp4 pair (keys decoded into the wgmma register operand).
+FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4}
+PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4"}  # the input pair a plan format reads
 # The cache seen as 2-D rows of ROW_BYTES: a block is CACHE_ROWS_PER_BLOCK rows (keys, then scales).
-ROW_BYTES = {"fp8": D, "fp4": D // 2}                                  # 128 / 64
-CACHE_ROWS_PER_BLOCK = {"fp8": BLOCK * (D + 4) // D, "fp4": BLOCK * (D // 2 + 4) // (D // 2)}  # 66 / 68
+ROW_BYTES = {"fp8": D, "fp4": D // 2, "fp4w": D // 2}                  # 128 / 64
+CACHE_ROWS_PER_BLOCK = {"fp8": BLOCK * (D + 4) // D, "fp4": BLOCK * (D // 2 + 4) // (D // 2),
+                        "fp4w": BLOCK * (D // 2 + 4) // (D // 2)}      # 66 / 68
 _LOGGED = set()
 LAST_COMPILED = [None]  # the CompiledKernel of the latest launch (bench reads its SASS)
 
@@ -230,6 +249,209 @@ if triton is not None:
                 tl.store(out_row + i * out_stride + cols, neg, mask=cols < max_model_len)
 
 
+# ---------------------------------------------------------------------------------------------------
+# The fp4 pair on Hopper through Gluon (plan format "fp4w")
+#
+# Why Gluon: in the fp4 Triton kernel above the decoded keys make a shared-memory round trip every
+# page. Triton keeps a decoded wgmma operand in registers only if the decode is a pure unary op of the
+# loaded tile (OptimizeDotOperands' MMAV3HoistLayoutConversion); a decode that also reads the block
+# scales is not. Gluon states the layouts: the packed keys are read from shared memory straight into
+# the wgmma register-operand layout and decoded in place (142 -> 110 us at 256 x 8192 for the same
+# decode in Triton). What is left is instruction issue: ~170 instructions of decode and ~110 of
+# epilogue per thread per 64-key page, where the fp8 kernel needs no decode and is memory-bound.
+#
+# Decode ("fold"): a key's 4 UE8M0 scales 2^(e_g - 127) are split into 2^(emax - 129), applied to the
+# fp32 result after relu (it is positive), and 2^(2 - n_g), n_g = emax - e_g, folded into the element:
+# E2M1 x 4 x 2^-n is an e5m2 normal for every code while n <= 15, so the products of the e5m2 dots are
+# exact. q is folded the same way (its per-(row, head) factor goes into the weights). A key or q row
+# whose scales span more than 15 binades (never in generated data) sends its chunk to an exact fp32
+# loop instead.
+# ---------------------------------------------------------------------------------------------------
+if triton is not None:
+    # Per 4 packed bytes (8 elements). The 8-entry table (code -> e5m2 byte of E2M1 x 4) minus n in the
+    # exponent field (n << 2; no borrow: entries 1-7 are >= 0x40) is indexed by prmt, 4 codes per prmt;
+    # signs go to bit 7. Inputs: $2 the packed bytes; $3 (= $4..$6) the row's n_g in byte g; $7 the
+    # bytes' group g (in each byte). $0 receives the low nibbles (even elements), $1 the high ones,
+    # each as bytes [element 0, 4, 2, 6] of the word (odd: [1, 5, 3, 7]): any fixed order of the K
+    # dimension works, since q and keys go through this same code.
+    _FOLD_ASM = tl.constexpr("""
+    {
+    .reg .b32 t, l0, l1, m, s, sel, g;
+    and.b32 t, $7, 3; mul.lo.u32 t, t, 0x1111; prmt.b32 t, $3, 0, t;
+    shl.b32 t, t, 2;
+    mov.b32 l1, 0x4E4C4A48; sub.u32 l1, l1, t;
+    and.b32 t, t, 0xFFFFFF00; mov.b32 l0, 0x46444000; sub.u32 l0, l0, t;
+    and.b32 m, $2, 0x07070707; shr.b32 sel, m, 12; or.b32 sel, sel, m;
+    prmt.b32 g, l0, l1, sel;
+    shl.b32 s, $2, 4; and.b32 s, s, 0x80808080; prmt.b32 s, s, 0, 0x3120;
+    or.b32 $0, g, s;
+    shr.b32 m, $2, 4; and.b32 m, m, 0x07070707; shr.b32 sel, m, 12; or.b32 sel, sel, m;
+    prmt.b32 g, l0, l1, sel;
+    and.b32 s, $2, 0x80808080; prmt.b32 s, s, 0, 0x3120;
+    or.b32 $1, g, s;
+    }
+    """)
+
+if gluon is not None:
+    @gluon.jit
+    def _pow2(x):
+        """2^x in fp32, exactly, for integer x in [-149, 128] (subnormal below -126; 128 -> inf)."""
+        return gl.where(x >= -126, (x + 127) << 23, 1 << gl.maximum(x + 149, 0)).to(gl.float32, bitcast=True)
+
+    @gluon.jit
+    def _fold(packed, words, cols):
+        """packed [rows, 64] uint8 in some layout L, words [rows] int32 (4 UE8M0 bytes e_g) in
+        SliceLayout(1, L), cols = arange(64) in SliceLayout(0, L) -> (even elements, odd elements) as
+        e5m2 [rows, 64] in L, equal to the true values x 2^(129 - emax); emax [rows]; ok [rows]."""
+        e0, e1, e2, e3 = words & 0xFF, (words >> 8) & 0xFF, (words >> 16) & 0xFF, (words >> 24) & 0xFF
+        emax = gl.maximum(gl.maximum(e0, e1), gl.maximum(e2, e3))
+        ok = (emax - gl.minimum(gl.minimum(e0, e1), gl.minimum(e2, e3)) <= 15) & (emax < 255)
+        n_word = (gl.minimum(emax - e0, 15) | (gl.minimum(emax - e1, 15) << 8)
+                  | (gl.minimum(emax - e2, 15) << 16) | (gl.minimum(emax - e3, 15) << 24))
+        n_word = gl.broadcast(gl.expand_dims(n_word, 1), packed)[0]
+        group = gl.broadcast(gl.expand_dims((cols // 16).to(gl.uint8), 0), packed)[0]
+        lo, hi = gl.inline_asm_elementwise(_FOLD_ASM, "=r,=r,r,r,r,r,r,r", [packed, n_word, group],
+                                           dtype=(gl.float8e5, gl.float8e5), is_pure=True, pack=4)
+        return lo, hi, emax, ok
+
+    @gluon.jit
+    def _element(byte, d, words):
+        """Element d of rows whose packed byte d // 2 is `byte` and scale word `words`, exactly in fp32."""
+        x = (byte >> (4 * (d % 2))) & 15
+        c = (x & 7).to(gl.int32)
+        mag = gl.where(c < 2, c.to(gl.float32) * 0.5, (1.0 + (c & 1).to(gl.float32) * 0.5) * _pow2((c >> 1) - 1))
+        e = (words >> (8 * (d // 32))) & 0xFF
+        return gl.where((x & 8) != 0, -mag, mag) * _pow2(e - 127)
+
+    @gluon.jit
+    def _write(s, w, sc, cols, ctx, out_row, out_stride, max_model_len, heads, NEXT_N: gl.constexpr,
+               H: gl.constexpr):
+        """A page's logits from scores s [BLOCK, NEXT_N * H] (layout L; w, heads in SliceLayout(0, L);
+        sc, cols in SliceLayout(1, L)): relu, x weight, head sum, x the key's factor, causal mask."""
+        x = gl.maximum(s, 0.0) * gl.expand_dims(w, 0)
+        for i in gl.static_range(NEXT_N):
+            if NEXT_N == 1:
+                li = gl.sum(x, axis=1)
+            else:
+                li = gl.sum(gl.where(gl.expand_dims(heads // H == i, 0), x, 0.0), axis=1)
+            li = gl.where(cols <= ctx - NEXT_N + i, li * sc, float("-inf"))
+            # stored from the reduction's layout: the lanes that share a row store the same word (merged
+            # by the memory unit); a layout conversion would cost two CTA barriers per page
+            gl.store(out_row + i * out_stride + cols, li, mask=cols < max_model_len)
+
+    @gluon.jit
+    def _issue(k_desc, w_desc, blk, p, p_end, k_dst, w_dst, bar, ROWS_PER_BLOCK: gl.constexpr,
+               BLOCK: gl.constexpr):
+        """Start the TMA loads of logical page p, block blk (if p < p_end): packed keys and scale words."""
+        pred = p < p_end
+        mbarrier.expect(bar, k_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
+        gtma.async_copy_global_to_shared(k_desc, [blk * ROWS_PER_BLOCK, 0], bar, k_dst, pred=pred)
+        gtma.async_copy_global_to_shared(w_desc, [(blk * ROWS_PER_BLOCK + BLOCK) * 16], bar, w_dst, pred=pred)
+
+    @gluon.jit(do_not_specialize=["bt_stride", "out_stride", "max_model_len"])
+    def _fp4_wgmma_kernel(k_desc, w_desc, q_ptr, q_scale_ptr, kv_ptr, kv_word_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+                          bt_stride, out_stride, max_model_len,
+                          NEXT_N: gl.constexpr, H: gl.constexpr, BLOCK: gl.constexpr, CHUNK: gl.constexpr,
+                          NUM_STAGES: gl.constexpr):
+        # k_desc: the cache as uint8 rows of 64 (box [BLOCK, 64]); w_desc: as int32 words (box [BLOCK]).
+        # One warpgroup; grid (page chunks, batch) as the Triton kernel.
+        QN: gl.constexpr = NEXT_N * H
+        RB: gl.constexpr = 64                                   # packed bytes per key
+        ROWS_PER_BLOCK: gl.constexpr = BLOCK * (RB + 4) // RB   # 68
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QN, 32])
+        a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
+        q_reg: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+        fb: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])    # the fallback's scores
+        out_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+        q_smem_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([QN, RB], gl.float8e5)
+
+        pid_c = gl.program_id(0)
+        b = gl.program_id(1)
+        ctx = gl.load(ctx_ptr + b)
+        n_pages = gl.cdiv(ctx, BLOCK)
+        p0 = pid_c * CHUNK
+        p_end = gl.minimum(p0 + CHUNK, n_pages)
+        out_row = out_ptr + (b * NEXT_N).to(gl.int64) * out_stride
+        bt_row = bt_ptr + b.to(gl.int64) * bt_stride
+
+        k_smem = gl.allocate_shared_memory(gl.uint8, [NUM_STAGES, BLOCK, RB], k_desc.layout)
+        w_smem = gl.allocate_shared_memory(gl.int32, [NUM_STAGES, BLOCK], w_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        for i in gl.static_range(NUM_STAGES):
+            blk = gl.load(bt_row + p0 + i, mask=p0 + i < p_end, other=0)
+            _issue(k_desc, w_desc, blk, p0 + i, p_end, k_smem.index(i), w_smem.index(i), bars.index(i),
+                   ROWS_PER_BLOCK, BLOCK)
+        # the block of the page the next refill loads, read one iteration ahead: a table load right
+        # before the TMA issue would stall every iteration for a memory latency
+        blk_next = gl.load(bt_row + p0 + NUM_STAGES, mask=p0 + NUM_STAGES < p_end, other=0)
+
+        # q, folded once into the two B operands (e5m2 [QN, 64], K contiguous)
+        hq = gl.arange(0, QN, layout=gl.SliceLayout(1, q_reg))
+        cq = gl.arange(0, RB, layout=gl.SliceLayout(0, q_reg))
+        q_packed = gl.load(q_ptr + gl.expand_dims(b * QN + hq, 1) * RB + gl.expand_dims(cq, 0))
+        q_words = gl.load(q_scale_ptr + b * QN + hq)
+        q_lo, q_hi, q_emax, q_ok = _fold(q_packed, q_words, cq)
+        q_lo_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l, q_lo)
+        q_hi_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l, q_hi)
+        fence_async_shared()
+        heads = gl.arange(0, QN, layout=gl.SliceLayout(0, mma))
+        w = gl.load(w_ptr + b * QN + heads) * _pow2(gl.convert_layout(q_emax, gl.SliceLayout(0, mma)) - 129)
+        bad = gl.min(q_ok.to(gl.int32), axis=0) == 0
+
+        cols_op = gl.arange(0, RB, layout=gl.SliceLayout(0, a_op))
+        tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
+        acc0 = gl.zeros([BLOCK, QN], gl.float32, layout=mma)
+        k_bad = gl.zeros([BLOCK], gl.int32, layout=gl.SliceLayout(1, mma))
+        for j in range(0, p_end - p0):
+            p = p0 + j
+            slot = j % NUM_STAGES
+            mbarrier.wait(bars.index(slot), (j // NUM_STAGES) & 1)
+            k = k_smem.index(slot).load(a_op)                      # packed keys, already in the operand layout
+            words = w_smem.index(slot).load(gl.SliceLayout(1, a_op))  # the keys' scale words
+            k_lo, k_hi, k_emax, k_ok = _fold(k, words, cols_op)
+            acc = warpgroup_mma(k_lo, q_lo_smem.permute((1, 0)), acc0, use_acc=False, is_async=True)
+            acc = warpgroup_mma(k_hi, q_hi_smem.permute((1, 0)), acc, is_async=True)
+            gl.thread_barrier()                                    # every warp has read this slot: refill it
+            _issue(k_desc, w_desc, blk_next, p + NUM_STAGES, p_end, k_smem.index(slot), w_smem.index(slot),
+                   bars.index(slot), ROWS_PER_BLOCK, BLOCK)
+            blk_next = gl.load(bt_row + p + NUM_STAGES + 1, mask=p + NUM_STAGES + 1 < p_end, other=0)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            cols = p * BLOCK + tok
+            k_ok = gl.convert_layout(k_ok.to(gl.int32), gl.SliceLayout(1, mma))
+            k_bad = k_bad | ((cols < ctx) & (k_ok == 0)).to(gl.int32)
+            _write(acc, w, _pow2(gl.convert_layout(k_emax, gl.SliceLayout(1, mma)) - 129), cols, ctx, out_row,
+                   out_stride, max_model_len, heads, NEXT_N, H)
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.invalidate(bars.index(i))
+
+        bad = bad | (gl.max(k_bad, axis=0) > 0)
+        if bad:  # rare: some scales span > 15 binades. Redo the chunk exactly in fp32, one dim at a time.
+            gl.thread_barrier()  # the pages' first writes came from other threads of this program
+            tb = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, fb))
+            hb = gl.arange(0, QN, layout=gl.SliceLayout(0, fb))
+            qw = gl.load(q_scale_ptr + b * QN + hb)
+            w_exact = gl.load(w_ptr + b * QN + hb)
+            for p in range(p0, p_end):
+                blk = gl.load(bt_row + p)
+                k_rows = kv_ptr + blk.to(gl.int64) * (ROWS_PER_BLOCK * RB) + tb * RB
+                kw = gl.load(kv_word_ptr + blk.to(gl.int64) * (ROWS_PER_BLOCK * RB // 4) + BLOCK * RB // 4 + tb)
+                s = gl.zeros([BLOCK, QN], gl.float32, layout=fb)
+                for d in range(2 * RB):
+                    kd = _element(gl.load(k_rows + d // 2), d, kw)
+                    qd = _element(gl.load(q_ptr + (b * QN + hb) * RB + d // 2), d, qw)
+                    s += gl.expand_dims(kd, 1) * gl.expand_dims(qd, 0)
+                _write(s, w_exact, gl.full([BLOCK], 1.0, gl.float32, layout=gl.SliceLayout(1, fb)),
+                       p * BLOCK + tb, ctx, out_row, out_stride, max_model_len, hb, NEXT_N, H)
+
+        neg = gl.full([BLOCK], float("-inf"), gl.float32, layout=out_l)
+        tok_o = gl.arange(0, BLOCK, layout=out_l)
+        for p in range(gl.maximum(p0, n_pages), p0 + CHUNK):
+            for i in gl.static_range(NEXT_N):
+                gl.store(out_row + i * out_stride + p * BLOCK + tok_o, neg, mask=p * BLOCK + tok_o < max_model_len)
+
+
 def _log_fallback(reason: str) -> None:
     if reason not in _LOGGED:
         _LOGGED.add(reason)
@@ -237,10 +459,11 @@ def _log_fallback(reason: str) -> None:
 
 
 def _format_tensors(data, fmt):
-    """(q tensors, cache) of one format pair: fp8 -> ((q,), cache); fp4 -> ((packed, scales), cache)."""
+    """(q tensors, cache) of a plan format's pair: fp8 -> ((q,), cache); fp4 -> ((packed, scales), cache)."""
     q, kv_cache = data[0], data[1]
-    qt = q[fmt]
-    return (tuple(qt) if fmt == "fp4" else (qt,)), kv_cache[fmt]
+    pair = PAIR[fmt]
+    qt = q[pair]
+    return (tuple(qt) if pair == "fp4" else (qt,)), kv_cache[pair]
 
 
 def route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
@@ -255,9 +478,9 @@ def route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
         qf = qts[0]
     except Exception as exc:
         return False, (f"input is not (q, kv_cache, weights, context_lens, block_tables, max_model_len) with "
-                       f"a {fmt!r} pair: {type(exc).__name__}: {exc}")
+                       f"a {PAIR.get(fmt, fmt)!r} pair: {type(exc).__name__}: {exc}")
     if not all(isinstance(t, torch.Tensor) for t in (*qts, kv, weights, context_lens, block_tables)):
-        return False, f"an input of the {fmt} pair is not a tensor"
+        return False, f"an input of the {PAIR[fmt]} pair is not a tensor"
     if require_cuda:
         if not torch.cuda.is_available():
             return False, "no CUDA device"
@@ -265,6 +488,8 @@ def route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
             return False, "inputs are not on a CUDA device"
         if torch.cuda.get_device_capability(qf.device) != (9, 0):
             return False, f"device is sm_{''.join(map(str, torch.cuda.get_device_capability(qf.device)))}, the kernel targets sm_90"
+    if fmt == "fp4w" and _GLUON_ERROR is not None:
+        return False, f"this Triton has no Gluon ({_GLUON_ERROR})"
     rb = ROW_BYTES[fmt]
     if fmt == "fp8":
         if qf.dtype != torch.float8_e4m3fn or qf.dim() != 4 or tuple(qf.shape[2:]) != (H, D):
@@ -281,7 +506,7 @@ def route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
     if next_n not in (1, 2, 4):
         return False, f"next_n = {next_n}; the kernel handles 1, 2, 4"
     if kv.dtype != torch.uint8 or kv.dim() != 4 or tuple(kv.shape[1:]) != (BLOCK, 1, rb + 4):
-        return False, f"kv_cache['{fmt}'] is {kv.dtype} {tuple(kv.shape)}, expected uint8 (num_blocks, {BLOCK}, 1, {rb + 4})"
+        return False, f"kv_cache['{PAIR[fmt]}'] is {kv.dtype} {tuple(kv.shape)}, expected uint8 (num_blocks, {BLOCK}, 1, {rb + 4})"
     if any(t.device != qf.device for t in (*qts, kv, weights, context_lens, block_tables)):
         return False, (f"inputs on different devices (q {qf.device}, cache {kv.device}, weights {weights.device}, "
                        f"context_lens {context_lens.device}, block_tables {block_tables.device})")
@@ -301,7 +526,7 @@ def route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
     if block_tables.shape[1] * BLOCK < max_model_len:
         return False, "block_tables has fewer than max_model_len / 64 pages"
     if kv.shape[0] == 0:
-        return False, f"kv_cache['{fmt}'] has no blocks"
+        return False, f"kv_cache['{PAIR[fmt]}'] has no blocks"
     if kv.shape[0] * CACHE_ROWS_PER_BLOCK[fmt] >= 2 ** 31 or qf.numel() >= 2 ** 31:
         return False, "cache or q too large for 32-bit row coordinates / offsets"
     return True, "ok"
@@ -335,17 +560,33 @@ def _descriptors(data, fmt, next_n, q_tma=1, kv_tma=1, scale_tma=1):
 
 
 def launch(data: input_t, plan=None) -> torch.Tensor:
-    """Run the Triton kernel through Triton's JIT (no routing, no launch cache): the path that compiles,
-    and what the CPU tests drive under TRITON_INTERPRET=1."""
+    """Run the plan's kernel through Triton's JIT (no routing, no launch cache): the path that compiles,
+    and what the CPU tests drive under TRITON_INTERPRET=1 (the Triton kernel; Gluon has no interpreter)."""
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
     batch, next_n, _ = _shape_of(data)
     fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan or plan_for(batch, next_n, max_model_len)
     if fmt == "fp4" and (scale_tma or q_tma):
         raise ValueError(f"plan {plan}: the fp4 kernel loads q and the scales without TMA")
-    args = _descriptors(data, fmt, next_n, q_tma, kv_tma, scale_tma)
     out = torch.empty((batch * next_n, max_model_len), dtype=torch.float32, device=weights.device)
     pages = (max_model_len + BLOCK - 1) // BLOCK
     grid = ((pages + chunk - 1) // chunk, batch)
+    if fmt == "fp4w":
+        if (warps, bt_vector, scale_tma, kv_tma, q_tma) != (4, 0, 1, 1, 0):
+            raise ValueError(f"plan {plan}: the Gluon fp4 kernel is one warpgroup with TMA keys and scales, "
+                             "(fp4w, chunk, stages, 4, 0, 1, 1, 0)")
+        qts, kv = _format_tensors(data, fmt)
+        keys, words = _cache_views(kv, fmt)
+        words = words.reshape(-1)
+        k_desc = GluonTensorDescriptor(keys, list(keys.shape), [keys.shape[1], 1], [BLOCK, keys.shape[1]],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK, keys.shape[1]], gl.uint8))
+        w_desc = GluonTensorDescriptor(words, [words.shape[0]], [1], [BLOCK],
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK], gl.int32))
+        LAST_COMPILED[0] = _fp4_wgmma_kernel[grid](
+            k_desc, w_desc, qts[0], qts[1].view(torch.int32), keys, words, weights, context_lens, block_tables, out,
+            block_tables.stride(0), out.stride(0), max_model_len,
+            NEXT_N=next_n, H=H, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages, num_warps=4)
+        return out
+    args = _descriptors(data, fmt, next_n, q_tma, kv_tma, scale_tma)
     LAST_COMPILED[0] = _paged_mqa_logits_kernel[grid](
         *args, weights, context_lens, block_tables, out,
         block_tables.stride(0), out.stride(0), max_model_len,
@@ -375,7 +616,7 @@ def _signature(data):
     # Read on every call, so kept lean: get_device() (an int) rather than .device, and the fp4 scales
     # only for fp4 (the fp8 pair has one q tensor).
     qa = ((qts[1].shape, qts[1].stride(), qts[1].dtype, qts[1].get_device(), qts[1].data_ptr() & 15)
-          if fmt == "fp4" else None)
+          if PAIR[fmt] == "fp4" else None)
     # The cache's block count is left out (it follows the random context lengths, so it changes with
     # every input); only whether it fits 32-bit row coordinates counts, and _Entry reads it per call.
     return (fmt, qf.shape, qf.stride(), qf.dtype, qf.get_device(), qa,
@@ -436,15 +677,20 @@ class _Entry:
         qn, rb = next_n * H, ROW_BYTES[fmt]
         # Per descriptor parameter (None if the plan does not use it): source tensor (0 = q, 1 = the
         # cache), fill_tma_descriptor's leading parameters, row count (None: the cache's, read per
-        # call) and width of the 2-D view.
-        specs = [(0, batch * qn, D) if q_tma else None, (1, None, rb) if kv_tma else None,
-                 (1, None, D // 4) if scale_tma else None]
+        # call) and width of the 2-D view (0: the cache as one row of 32-bit words, a 1-D descriptor).
+        if fmt == "fp4w":  # the Gluon kernel: keys [rows, 64] and scale words
+            specs = [(1, None, rb), (1, None, 0)]
+            self.tail = (next_n, H, BLOCK, chunk, stages)
+        else:
+            specs = [(0, batch * qn, D) if q_tma else None, (1, None, rb) if kv_tma else None,
+                     (1, None, D // 4) if scale_tma else None]
+            self.tail = (FMT_IDS[fmt], next_n, H, D, BLOCK, chunk, stages, bt_vector, scale_tma, kv_tma, q_tma)
         tma = iter(self.kernel.tma)
         self.descs = [None if sp is None else (sp[0], next(tma), sp[1], sp[2]) for sp in specs]
         if next(tma, None) is not None:
             raise RuntimeError("descriptor count differs from the plan")
+        self.words_per_row = rb // 4
         self.scalars = (data[4].stride(0), max_model_len, max_model_len)  # bt, out strides; len
-        self.tail = (FMT_IDS[fmt], next_n, H, D, BLOCK, chunk, stages, bt_vector, scale_tma, kv_tma, q_tma)
         self.descriptor_args = {}  # (q pointer, cache pointer, cache rows) -> the descriptor arguments
 
     def _descriptor_args(self, ptrs, cache_rows):
@@ -464,8 +710,12 @@ class _Entry:
                 else:
                     src, head, rows, width = d
                     rows = rows or cache_rows
-                    args.append(self.fill_tma(ptrs[src], *head, [rows, width], [width, 1], 0))
-                    args.extend((rows, width, width, 1))
+                    if width:
+                        args.append(self.fill_tma(ptrs[src], *head, [rows, width], [width, 1], 0))
+                        args.extend((rows, width, width, 1))
+                    else:
+                        words = rows * self.words_per_row
+                        args.extend((self.fill_tma(ptrs[src], *head, [words], [1], 0), words, 1))
             args = self.descriptor_args[key] = tuple(args)
         return args
 
