@@ -293,6 +293,9 @@ if triton is not None:
     """)
 
 if gluon is not None:
+    # Gluon is experimental and renames things: Triton 3.6 calls the CTA barrier thread_barrier, 3.8 barrier.
+    _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
     @gluon.jit
     def _pow2(x):
         """2^x in fp32, exactly, for integer x in [-149, 128] (subnormal below -126; 128 -> inf)."""
@@ -413,7 +416,7 @@ if gluon is not None:
             k_lo, k_hi, k_emax, k_ok = _fold(k, words, cols_op)
             acc = warpgroup_mma(k_lo, q_lo_smem.permute((1, 0)), acc0, use_acc=False, is_async=True)
             acc = warpgroup_mma(k_hi, q_hi_smem.permute((1, 0)), acc, is_async=True)
-            gl.thread_barrier()                                    # every warp has read this slot: refill it
+            _cta_barrier()                                    # every warp has read this slot: refill it
             _issue(k_desc, w_desc, blk_next, p + NUM_STAGES, p_end, k_smem.index(slot), w_smem.index(slot),
                    bars.index(slot), ROWS_PER_BLOCK, BLOCK)
             blk_next = gl.load(bt_row + p + NUM_STAGES + 1, mask=p + NUM_STAGES + 1 < p_end, other=0)
@@ -428,7 +431,7 @@ if gluon is not None:
 
         bad = bad | (gl.max(k_bad, axis=0) > 0)
         if bad:  # rare: some scales span > 15 binades. Redo the chunk exactly in fp32, one dim at a time.
-            gl.thread_barrier()  # the pages' first writes came from other threads of this program
+            _cta_barrier()  # the pages' first writes came from other threads of this program
             tb = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, fb))
             hb = gl.arange(0, QN, layout=gl.SliceLayout(0, fb))
             qw = gl.load(q_scale_ptr + b * QN + hb)
