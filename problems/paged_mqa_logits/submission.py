@@ -81,8 +81,8 @@ LAST_COMPILED = [None]  # the CompiledKernel of the latest launch (bench reads i
 # entries loaded once as a vector (a scalar load per page stalls the pipeliner); *_tma: TMA for the
 # scales / keys / q (else plain loads; the fp4 kernel loads q and scales plainly). Host time matters
 # as much as GPU time at these sizes (the benchmark's L2 flush hides only ~35 us of it), and each
-# host tensor descriptor costs an encode for each new input (memoized by address), so the plans keep one (the keys'). From a
-# sweep on an H200 (bench.py).
+# host tensor descriptor costs an encode for each new input (memoized by address), so the plans keep
+# one (the keys'). From a sweep on an H200 (bench.py).
 PLANS = {
     (256, 1, 1344): ("fp8", 8, 3, 4, 1, 0, 1, 0),
     (256, 1, 5376): ("fp8", 8, 3, 4, 1, 0, 1, 0),
