@@ -70,9 +70,8 @@ FMT_FP8, FMT_FP4 = 8, 4
 FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4}
 PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4"}  # the input pair a plan format reads
 # The cache seen as 2-D rows of ROW_BYTES: a block is CACHE_ROWS_PER_BLOCK rows (keys, then scales).
-ROW_BYTES = {"fp8": D, "fp4": D // 2, "fp4w": D // 2}                  # 128 / 64
-CACHE_ROWS_PER_BLOCK = {"fp8": BLOCK * (D + 4) // D, "fp4": BLOCK * (D // 2 + 4) // (D // 2),
-                        "fp4w": BLOCK * (D // 2 + 4) // (D // 2)}      # 66 / 68
+ROW_BYTES = {f: {"fp8": D, "fp4": D // 2}[pair] for f, pair in PAIR.items()}  # 128 / 64
+CACHE_ROWS_PER_BLOCK = {f: BLOCK * (rb + 4) // rb for f, rb in ROW_BYTES.items()}  # 66 / 68
 _LOGGED = set()
 LAST_COMPILED = [None]  # the CompiledKernel of the latest launch (bench reads its SASS)
 
@@ -363,8 +362,7 @@ if gluon is not None:
         ROWS_PER_BLOCK: gl.constexpr = BLOCK * (RB + 4) // RB   # 68
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QN, 32])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
-        q_reg: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
-        fb: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])    # the fallback's scores
+        rows2d: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])  # packed q; the fallback's scores
         out_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         q_smem_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([QN, RB], gl.float8e5)
 
@@ -391,8 +389,8 @@ if gluon is not None:
         blk_next = gl.load(bt_row + p0 + NUM_STAGES, mask=p0 + NUM_STAGES < p_end, other=0)
 
         # q, folded once into the two B operands (e5m2 [QN, 64], K contiguous)
-        hq = gl.arange(0, QN, layout=gl.SliceLayout(1, q_reg))
-        cq = gl.arange(0, RB, layout=gl.SliceLayout(0, q_reg))
+        hq = gl.arange(0, QN, layout=gl.SliceLayout(1, rows2d))
+        cq = gl.arange(0, RB, layout=gl.SliceLayout(0, rows2d))
         q_packed = gl.load(q_ptr + gl.expand_dims(b * QN + hq, 1) * RB + gl.expand_dims(cq, 0))
         q_words = gl.load(q_scale_ptr + b * QN + hq)
         q_lo, q_hi, q_emax, q_ok = _fold(q_packed, q_words, cq)
@@ -432,20 +430,20 @@ if gluon is not None:
         bad = bad | (gl.max(k_bad, axis=0) > 0)
         if bad:  # rare: some scales span > 15 binades. Redo the chunk exactly in fp32, one dim at a time.
             _cta_barrier()  # the pages' first writes came from other threads of this program
-            tb = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, fb))
-            hb = gl.arange(0, QN, layout=gl.SliceLayout(0, fb))
+            tb = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, rows2d))
+            hb = gl.arange(0, QN, layout=gl.SliceLayout(0, rows2d))
             qw = gl.load(q_scale_ptr + b * QN + hb)
             w_exact = gl.load(w_ptr + b * QN + hb)
             for p in range(p0, p_end):
                 blk = gl.load(bt_row + p)
                 k_rows = kv_ptr + blk.to(gl.int64) * (ROWS_PER_BLOCK * RB) + tb * RB
                 kw = gl.load(kv_word_ptr + blk.to(gl.int64) * (ROWS_PER_BLOCK * RB // 4) + BLOCK * RB // 4 + tb)
-                s = gl.zeros([BLOCK, QN], gl.float32, layout=fb)
+                s = gl.zeros([BLOCK, QN], gl.float32, layout=rows2d)
                 for d in range(2 * RB):
                     kd = _element(gl.load(k_rows + d // 2), d, kw)
                     qd = _element(gl.load(q_ptr + (b * QN + hb) * RB + d // 2), d, qw)
                     s += gl.expand_dims(kd, 1) * gl.expand_dims(qd, 0)
-                _write(s, w_exact, gl.full([BLOCK], 1.0, gl.float32, layout=gl.SliceLayout(1, fb)),
+                _write(s, w_exact, gl.full([BLOCK], 1.0, gl.float32, layout=gl.SliceLayout(1, rows2d)),
                        p * BLOCK + tb, ctx, out_row, out_stride, max_model_len, hb, NEXT_N, H)
 
         neg = gl.full([BLOCK], float("-inf"), gl.float32, layout=out_l)
