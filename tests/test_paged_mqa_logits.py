@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -398,6 +399,36 @@ def test_kernel_under_interpreter():
     res = json.loads(proc.stdout.strip().splitlines()[-1])
     for (spec, plan), (ok, msg) in zip(cases, res):
         assert ok, f"{spec} {plan}: {msg}"
+
+
+def test_entry_allocates_the_next_output_after_its_launch(mods):
+    """Each call returns a tensor of its own, the one its kernel wrote; the next call's output is
+    allocated after this call's launch (host time that then overlaps the kernel), per stream."""
+    ref, sub = mods
+    data = ref.generate_input(batch=2, next_n=1, context=100, seed=3)
+    launched = []
+    entry = sub._Entry.__new__(sub._Entry)
+    entry.fmt, entry.device, entry.grid = "fp8", torch.device("cpu"), (1, 2, 1)
+    entry.stream_of = lambda index: current_stream[0]
+    entry.out_shape, entry.rows_per_block = (2, data[5]), 66
+    entry.fill_tma, entry.descriptor_args, entry.descs = (lambda *a: "desc"), {}, [None, None, None]
+    entry.scalars, entry.tail = (), ()
+    entry.outputs = sub._OutputsAhead(entry.out_shape)
+
+    def launch(*args):
+        stream, out_ptr = args[3], args[14]
+        assert stream not in entry.outputs.spare  # nothing allocated ahead before this launch
+        launched.append(out_ptr)
+    entry.kernel = types.SimpleNamespace(head=(), launch=launch)
+    current_stream = [7]
+    outs = [entry(data) for _ in range(3)]
+    assert [o.data_ptr() for o in outs] == launched
+    assert len({o.data_ptr() for o in outs}) == 3  # alive together, never the same storage
+    assert all(o.shape == (2, data[5]) and o.dtype == torch.float32 for o in outs)
+    spare = entry.outputs.spare[7]
+    current_stream[0] = 9  # another stream: not handed the spare allocated on stream 7
+    other = entry(data)
+    assert other is not spare and entry.outputs.spare[7] is spare and 9 in entry.outputs.spare
 
 
 def test_entry_memoizes_descriptors_by_addresses_and_cache_rows(mods):

@@ -239,6 +239,37 @@ def test_interpreter_cases_cover_ragged_edges(interp_results):
     assert 1 in lens and any(n % 16 for n in lens)
 
 
+def test_route_allocates_the_next_output_after_its_launches():
+    """Each call returns a tensor of its own, the one its kernel wrote; the next call's output is
+    allocated after this call's launches (host time that then overlaps the kernels), per stream."""
+    launched = []
+    route = S._Route.__new__(S._Route)
+    route.fmt, route.total_q, route.splits, route.row = "bf16", 3, 1, 576
+    route.device, route.stream_of = torch.device("cpu"), lambda index: current_stream[0]
+    route.descriptors, route.fill_tma = {}, lambda *a: "desc"
+    route.part_ptrs, route.combine, route.split_consts = (0, 0), None, ()
+    route.qk_scale, route.q_seq_len = 0.1, 1
+    route.outputs = S._OutputsAhead((3, S.NUM_HEADS, S.V_DIM))
+
+    def launch(*args):
+        stream, out_ptr = args[3], args[5]
+        assert stream not in route.outputs.spare  # nothing allocated ahead before this launch
+        launched.append((stream, out_ptr))
+    route.split = types.SimpleNamespace(tma=[(), ()], head=(), launch=launch)
+    current_stream = [7]
+    q = torch.zeros(3, S.NUM_HEADS, S.QK_DIM, dtype=torch.bfloat16)
+    kv = {"bf16": torch.zeros(10, 1, S.QK_DIM, dtype=torch.bfloat16)}
+    indptr = torch.tensor([0, 4, 7, 10], dtype=torch.int32)
+    outs = [route(q, kv, indptr) for _ in range(3)]
+    assert [o.data_ptr() for o in outs] == [ptr for _, ptr in launched]
+    assert len({o.data_ptr() for o in outs}) == 3  # alive together, never the same storage
+    assert all(o.shape == (3, S.NUM_HEADS, S.V_DIM) and o.dtype == torch.bfloat16 for o in outs)
+    spare = route.outputs.spare[7]
+    current_stream[0] = 9  # another stream: not handed the spare allocated on stream 7
+    other = route(q, kv, indptr)
+    assert other is not spare and route.outputs.spare[7] is spare and 9 in route.outputs.spare
+
+
 def test_route_memoizes_descriptors_by_cache_address_and_length():
     """The route's descriptor memo is keyed by what the encode reads (the cache's address and token
     count), reuses nothing across different ones, and stays bounded under ever-new inputs."""

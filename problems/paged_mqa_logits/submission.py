@@ -611,19 +611,24 @@ _FAST_OFF = []   # set when a direct launch raised (Triton API drift): Triton's 
 
 def _signature(data):
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-    fmt = plan_for(*_shape_of(data))[0]
-    qts, kv = _format_tensors(data, fmt)
-    qf, kv_shape = qts[0], kv.shape
-    # Read on every call, so kept lean: get_device() (an int) rather than .device, and the fp4 scales
-    # only for fp4 (the fp8 pair has one q tensor).
-    qa = ((qts[1].shape, qts[1].stride(), qts[1].dtype, qts[1].get_device(), qts[1].data_ptr() & 15)
-          if PAIR[fmt] == "fp4" else None)
+    # Read on every call, before the launch, so kept lean: each shape read once, get_device() (an
+    # int) rather than .device, and the fp4 scales only for the fp4 pair.
+    w_shape, c_shape = weights.shape, context_lens.shape
+    batch = c_shape[0]
+    fmt = plan_for(batch, w_shape[0] // batch if batch else 0, max_model_len)[0]
+    pair = PAIR[fmt]
+    qf, kv = q[pair], kv_cache[pair]
+    qa = None
+    if pair == "fp4":
+        qf, qs = qf
+        qa = (qs.shape, qs.stride(), qs.dtype, qs.get_device(), qs.data_ptr() & 15)
+    kv_shape = kv.shape
     # The cache's block count is left out (it follows the random context lengths, so it changes with
     # every input); only whether it fits 32-bit row coordinates counts, and _Entry reads it per call.
     return (fmt, qf.shape, qf.stride(), qf.dtype, qf.get_device(), qa,
             0 < kv_shape[0] * CACHE_ROWS_PER_BLOCK[fmt] < 2 ** 31, kv_shape[1:], kv.stride(), kv.dtype,
-            kv.get_device(), weights.shape, weights.stride(), weights.dtype, weights.get_device(),
-            context_lens.shape, context_lens.stride(), context_lens.dtype, context_lens.get_device(),
+            kv.get_device(), w_shape, weights.stride(), weights.dtype, weights.get_device(),
+            c_shape, context_lens.stride(), context_lens.dtype, context_lens.get_device(),
             block_tables.shape, block_tables.stride(), block_tables.dtype, block_tables.get_device(),
             max_model_len, type(max_model_len),
             (qf.data_ptr() | kv.data_ptr() | weights.data_ptr() | context_lens.data_ptr()
@@ -657,6 +662,26 @@ class _DirectLaunch:
                 raise RuntimeError("fp4-padded descriptors are not handled")
             self.tma.append((m["swizzle"], m["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[m["elem_type"]],
                              m["block_size"]))
+
+
+class _OutputsAhead:
+    """Allocates each call's output during the call before, right after that call's launch: the
+    caching allocator's host time (4-7 us on the H200 VMs) then overlaps a running kernel instead of
+    delaying the next launch, and after the L2 flush of a timed call host time is what shows. Not a
+    reuse: every call returns a tensor allocated for it alone and never handed out before. Kept per
+    stream, since the allocator ties a block to the stream it was allocated on; bounded."""
+
+    def __init__(self, shape):
+        self.shape, self.spare = shape, {}  # stream -> the next call's output
+
+    def take(self, like, stream):
+        out = self.spare.pop(stream, None)
+        return like.new_empty(self.shape) if out is None else out
+
+    def allocate_next(self, like, stream):
+        if len(self.spare) >= 4:
+            self.spare.clear()
+        self.spare[stream] = like.new_empty(self.shape)
 
 
 class _Entry:
@@ -693,6 +718,7 @@ class _Entry:
         self.words_per_row = rb // 4
         self.scalars = (data[4].stride(0), max_model_len, max_model_len)  # bt, out strides; len
         self.descriptor_args = {}  # (q pointer, cache pointer, cache rows) -> the descriptor arguments
+        self.outputs = _OutputsAhead(self.out_shape)
 
     def _descriptor_args(self, ptrs, cache_rows):
         """The kernel's descriptor parameters for q and a cache at these addresses, the cache of this
@@ -723,13 +749,15 @@ class _Entry:
     def __call__(self, data):
         q, kv_cache, weights, context_lens, block_tables, max_model_len = data
         qts, kv = _format_tensors(data, self.fmt)
-        out = weights.new_empty(self.out_shape)  # float32 on the device (the signature pins both); cheaper than torch.empty
+        stream = self.stream_of(self.device.index)
+        out = self.outputs.take(weights, stream)  # float32 on the device: the signature pins both
         ptrs = (qts[0].data_ptr(), kv.data_ptr())
         args = self._descriptor_args(ptrs, kv.shape[0] * self.rows_per_block)
         k = self.kernel
-        k.launch(*self.grid, self.stream_of(self.device.index), *k.head, *args,
+        k.launch(*self.grid, stream, *k.head, *args,
                  ptrs[0], qts[-1].data_ptr(), ptrs[1], ptrs[1], weights.data_ptr(), context_lens.data_ptr(),
                  block_tables.data_ptr(), out.data_ptr(), *self.scalars, *self.tail)
+        self.outputs.allocate_next(weights, stream)  # while the kernel runs
         return out
 
 
