@@ -208,7 +208,9 @@ if triton is not None:
         w = tl.load(w_ptr + b * QN + hcol)                    # [QN] fp32
         if BT_VECTOR:
             jj = tl.arange(0, CHUNK)
-            btv = tl.load(bt_row + p0 + jj, mask=p0 + jj < p_end, other=0)
+            # Masked by the table's width for max_model_len, not by the context: this load then does
+            # not wait for ctx's, and the first key load waits for one round trip instead of two.
+            btv = tl.load(bt_row + p0 + jj, mask=p0 + jj < tl.cdiv(max_model_len, BLOCK), other=0)
         for p in tl.range(p0, p_end, num_stages=NUM_STAGES):
             if BT_VECTOR:
                 blk = tl.sum(tl.where(jj == p - p0, btv, 0))
