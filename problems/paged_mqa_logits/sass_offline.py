@@ -2,6 +2,9 @@
 memory, instruction mix), to check a variant before spending GPU time.
 
     python problems/paged_mqa_logits/sass_offline.py FMT CHUNK STAGES WARPS [NEXT_N]    e.g. fp4 8 3 4
+
+KV_TMA=0 in the environment builds the plain-load key variant. The cubin, SASS, TTGIR and PTX are
+written to /tmp.
 """
 import collections
 import os
@@ -37,7 +40,7 @@ def main():
     }
     constexprs = {"q_desc": None, "s_desc": None, "FMT": S.FMT_IDS[fmt], "NEXT_N": next_n, "H": S.H, "D": S.D,
                   "BLOCK": S.BLOCK, "CHUNK": chunk, "NUM_STAGES": stages, "BT_VECTOR": 1, "SCALE_TMA": 0,
-                  "KV_TMA": 1, "Q_TMA": 0}
+                  "KV_TMA": int(os.environ.get("KV_TMA", "1")), "Q_TMA": 0}
     if fmt == "fp8":
         del constexprs["q_desc"]
     for k in constexprs:
@@ -57,6 +60,8 @@ def main():
         f.write(sass)
     with open(path + ".ttgir", "w") as f:
         f.write(kernel.asm["ttgir"])
+    with open(path + ".ptx", "w") as f:
+        f.write(kernel.asm["ptx"])
     ops = collections.Counter(m.group(1).split(".")[0]
                               for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass))
     regs = re.search(r"REG:(\d+)", usage)
