@@ -613,24 +613,19 @@ _FAST_OFF = []   # set when a direct launch raised (Triton API drift): Triton's 
 
 def _signature(data):
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
-    # Read on every call, before the launch, so kept lean: each shape read once, get_device() (an
-    # int) rather than .device, and the fp4 scales only for the fp4 pair.
-    w_shape, c_shape = weights.shape, context_lens.shape
-    batch = c_shape[0]
-    fmt = plan_for(batch, w_shape[0] // batch if batch else 0, max_model_len)[0]
-    pair = PAIR[fmt]
-    qf, kv = q[pair], kv_cache[pair]
-    qa = None
-    if pair == "fp4":
-        qf, qs = qf
-        qa = (qs.shape, qs.stride(), qs.dtype, qs.get_device(), qs.data_ptr() & 15)
-    kv_shape = kv.shape
+    fmt = plan_for(*_shape_of(data))[0]
+    qts, kv = _format_tensors(data, fmt)
+    qf, kv_shape = qts[0], kv.shape
+    # Read on every call, so kept lean: get_device() (an int) rather than .device, and the fp4 scales
+    # only for fp4 (the fp8 pair has one q tensor).
+    qa = ((qts[1].shape, qts[1].stride(), qts[1].dtype, qts[1].get_device(), qts[1].data_ptr() & 15)
+          if PAIR[fmt] == "fp4" else None)
     # The cache's block count is left out (it follows the random context lengths, so it changes with
     # every input); only whether it fits 32-bit row coordinates counts, and _Entry reads it per call.
     return (fmt, qf.shape, qf.stride(), qf.dtype, qf.get_device(), qa,
             0 < kv_shape[0] * CACHE_ROWS_PER_BLOCK[fmt] < 2 ** 31, kv_shape[1:], kv.stride(), kv.dtype,
-            kv.get_device(), w_shape, weights.stride(), weights.dtype, weights.get_device(),
-            c_shape, context_lens.stride(), context_lens.dtype, context_lens.get_device(),
+            kv.get_device(), weights.shape, weights.stride(), weights.dtype, weights.get_device(),
+            context_lens.shape, context_lens.stride(), context_lens.dtype, context_lens.get_device(),
             block_tables.shape, block_tables.stride(), block_tables.dtype, block_tables.get_device(),
             max_model_len, type(max_model_len),
             (qf.data_ptr() | kv.data_ptr() | weights.data_ptr() | context_lens.data_ptr()
