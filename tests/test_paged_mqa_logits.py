@@ -369,9 +369,14 @@ _INTERP = textwrap.dedent("""
     I._patch_lang_tensor = _patched
     sys.path.insert(0, sys.argv[1])
     import reference as R, submission as S
+    import torch
     res = []
     for spec, plan in json.loads(sys.argv[2]):
+        poison = spec.pop("poison", False)
         data = R.generate_input(**spec)
+        if poison:  # table entries past each context: a block id far outside the cache
+            bt, pages = data[4], (data[3] + 63) // 64
+            bt[torch.arange(bt.shape[1])[None, :] >= pages[:, None]] = 1 << 30
         out = S.launch(data, tuple(plan) if plan else None)
         ok, msg = R.check_implementation(data, out)
         fmt = plan[0] if plan else S.plan_for(*S._shape_of(data))[0]
@@ -391,6 +396,9 @@ def test_kernel_under_interpreter():
         (dict(batch=3, next_n=1, context=150, seed=6), ["fp4", 2, 3, 4, 1, 0, 1, 0]),  # fp4 pair: ragged, TMA keys
         (dict(batch=2, next_n=2, context=100, seed=7), ["fp4", 4, 2, 4, 0, 0, 0, 0]),  # fp4, causal, plain loads
         (dict(batch=2, next_n=4, context=65, random=0, seed=8), ["fp4", 1, 2, 4, 1, 0, 1, 0]),  # fp4, next_n = 4
+        # table entries past the context point far outside the cache: never followed (plain loads would fault)
+        (dict(batch=3, next_n=1, context=150, seed=9, poison=True), ["fp8", 4, 2, 4, 1, 0, 0, 0]),
+        (dict(batch=3, next_n=2, context=100, seed=10, poison=True), ["fp8", 2, 2, 4, 0, 0, 0, 0]),
     ]
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, "-c", _INTERP, str(PROBLEM), json.dumps(cases)], env=env,
