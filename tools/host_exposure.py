@@ -13,11 +13,10 @@ times `calls` calls three ways and prints the means:
 eval - gpu is the host time the flush did not hide.
 """
 import argparse
-import math
 import statistics
 import time
 
-from problem_loader import load, queued_gpu_us
+from problem_loader import load, print_case_table, queued_gpu_us
 
 
 def main():
@@ -59,11 +58,7 @@ def main():
             t_gpu.append(queued_gpu_us(lambda: kernel(data), flush))
         m = statistics.mean
         rows.append((case.spec, m(t_eval), m(t_gpu), m(t_host), m(t_flush)))
-    print(f"{'case':70s} {'eval us':>8s} {'gpu us':>8s} {'host us':>8s} {'flush us':>8s}")
-    for r in rows:
-        print(f"{r[0][:70]:70s} {r[1]:8.1f} {r[2]:8.1f} {r[3]:8.1f} {r[4]:8.1f}")
-    geo = lambda i: math.exp(sum(math.log(r[i]) for r in rows) / len(rows))
-    print(f"{'geomean':70s} {geo(1):8.1f} {geo(2):8.1f} {geo(3):8.1f} {geo(4):8.1f}")
+    print_case_table(("eval us", "gpu us", "host us", "flush us"), rows)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,11 @@ interleaved blocks of 50 calls so that drift on the VM hits both alike; also cus
 
     python tools/outputs_ahead_ab.py PROBLEM [calls]      e.g. problems/paged_mqa_logits 400
 """
-import math
 import statistics
 import sys
 import time
 
-from problem_loader import load
+from problem_loader import load, print_case_table
 
 
 class Inline:
@@ -62,12 +61,8 @@ def main():
         for e in entries:
             e.outputs = ahead[id(e)]
         m = statistics.mean
-        rows.append((case.spec[:60], m(t["A"]), m(t["B"]), m(host["A"]), m(host["B"])))
-    print(f"{'case':60s} {'ahead us':>9s} {'inline us':>9s} {'hostA':>7s} {'hostB':>7s}")
-    for r in rows:
-        print(f"{r[0]:60s} {r[1]:9.1f} {r[2]:9.1f} {r[3]:7.1f} {r[4]:7.1f}")
-    g = lambda i: math.exp(sum(math.log(r[i]) for r in rows) / len(rows))
-    print(f"{'geomean':60s} {g(1):9.1f} {g(2):9.1f} {g(3):7.1f} {g(4):7.1f}")
+        rows.append((case.spec, m(t["A"]), m(t["B"]), m(host["A"]), m(host["B"])))
+    print_case_table(("ahead us", "inline us", "host A us", "host B us"), rows)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Shared set-up of the device diagnostics in tools/ (host_exposure, flush_effect, kernel_times): a
 problem directory's modules, imported as eval.py's worker imports them, and GPU-only timing."""
 import importlib.util
+import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,3 +41,12 @@ def queued_gpu_us(fn, flush) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) * 1e3
+
+
+def print_case_table(columns, rows, width=70):
+    """rows: (case spec, one number per column); prints them, then each column's geometric mean."""
+    print(f"{'case':{width}s} " + " ".join(f"{c:>9s}" for c in columns))
+    for spec, *values in rows:
+        print(f"{spec[:width]:{width}s} " + " ".join(f"{v:9.1f}" for v in values))
+    geomeans = [math.exp(sum(math.log(r[i]) for r in rows) / len(rows)) for i in range(1, len(columns) + 1)]
+    print(f"{'geomean':{width}s} " + " ".join(f"{v:9.1f}" for v in geomeans))
