@@ -688,21 +688,31 @@ class _DirectLaunch:
                              m["block_size"]))
 
 
+def _allocate_output_ahead(config, fmt) -> bool:
+    """Below 8 MB of cache per call the kernels finish before an allocation made after their
+    launches would (4 x 1024: ~11 us of GPU time), so the output is allocated before them instead."""
+    return config["batch_size"] * config["kv_seq_len"] * FMT_BYTES_PER_TOKEN[fmt] >= 8 << 20
+
+
 class _OutputsAhead:
     """Allocates each call's output during the call before, right after that call's launches: the
     caching allocator's host time (4-7 us on the H200 VMs) then overlaps running kernels instead of
     delaying the next launch, and after the L2 flush of a timed call host time is what shows. Not a
     reuse: every call returns a tensor allocated for it alone and never handed out before. Kept per
-    stream, since the allocator ties a block to the stream it was allocated on; bounded."""
+    stream, since the allocator ties a block to the stream it was allocated on; bounded. With
+    ahead=False (short kernels: host time after the launches would show at the end instead) each
+    call allocates its own output before its launches."""
 
-    def __init__(self, shape):
-        self.shape, self.spare = shape, {}  # stream -> the next call's output
+    def __init__(self, shape, ahead=True):
+        self.shape, self.ahead, self.spare = shape, ahead, {}  # stream -> the next call's output
 
     def take(self, like, stream):
         out = self.spare.pop(stream, None)
         return like.new_empty(self.shape) if out is None else out
 
     def allocate_next(self, like, stream):
+        if not self.ahead:
+            return
         if len(self.spare) >= 4:
             self.spare.clear()
         self.spare[stream] = like.new_empty(self.shape)
@@ -734,7 +744,7 @@ class _Route:
         self.combine_programs = V_DIM // combine_consts["BD"]
         self.combine_consts = tuple(combine_consts.values())
         self.descriptors = {}  # (cache pointer, token count) -> the two encoded TMA descriptors
-        self.outputs = _OutputsAhead((self.total_q, NUM_HEADS, V_DIM))
+        self.outputs = _OutputsAhead((self.total_q, NUM_HEADS, V_DIM), ahead=_allocate_output_ahead(config, fmt))
 
     def _descriptors(self, ptr, tokens):
         """The split kernel's two descriptors of a cache at ptr with this many tokens. Encoding is a

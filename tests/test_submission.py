@@ -268,6 +268,14 @@ def test_route_allocates_the_next_output_after_its_launches():
     current_stream[0] = 9  # another stream: not handed the spare allocated on stream 7
     other = route(q, kv, indptr)
     assert other is not spare and route.outputs.spare[7] is spare and 9 in route.outputs.spare
+    # short kernels (small caches): each call allocates its own output before its launches
+    route.outputs, launched[:] = S._OutputsAhead((3, S.NUM_HEADS, S.V_DIM), ahead=False), []
+    small = [route(q, kv, indptr) for _ in range(2)]
+    assert [o.data_ptr() for o in small] == [ptr for _, ptr in launched] and not route.outputs.spare
+    # which benchmark shapes allocate ahead: all but 4 x 1024, whose kernels take ~11 us
+    ahead = {(b, kv): S._allocate_output_ahead({"batch_size": b, "kv_seq_len": kv}, S.plan_for(b, kv, 1)[0])
+             for b in (4, 32, 64, 256) for kv in (1024, 8192)}
+    assert [shape for shape, yes in ahead.items() if not yes] == [(4, 1024)]
 
 
 def test_route_memoizes_descriptors_by_cache_address_and_length():
