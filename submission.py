@@ -13,6 +13,8 @@ Layout of this file (one place per concern):
   * _fast_path_problem()    - every reason to fall back to the reference
   * Triton kernels          - _mla_split_kernel (attention over one KV split),
                               _mla_combine_kernel (exact log-sum-exp merge of splits)
+  * Gluon kernel            - _mla_fp8_wgmma_kernel (the big shapes: fp8 cache, both products
+                              on wgmma, V fed from registers; partials merged as above)
   * _launch()               - the short host path (descriptors, grid, launches)
 
 Assumptions not checked (checking would need a device sync on every call): qo_indptr is
@@ -38,6 +40,17 @@ try:  # host-side TMA descriptors (Triton >= 3.3)
 except ImportError:  # pragma: no cover - depends on the installed Triton
     TensorDescriptor = None
 
+try:  # Gluon (Triton's explicit-layout dialect, experimental): the fp8 wgmma kernel
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma as gtma,
+                                                                   warpgroup_mma, warpgroup_mma_wait)
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+    _GLUON_ERROR = None
+except Exception as exc:  # pragma: no cover - depends on the installed Triton
+    gluon = gl = GluonTensorDescriptor = None
+    _GLUON_ERROR = f"{type(exc).__name__}: {exc}"
+
 log = logging.getLogger("mla_submission")
 
 NUM_HEADS, QK_DIM, V_DIM, ROPE_DIM = 16, 576, 512, 64
@@ -52,21 +65,26 @@ FMT_IDS = {"mxfp4": FMT_MXFP4, "fp8": FMT_FP8, "bf16": FMT_BF16}
 FMT_BYTES_PER_TOKEN = {"mxfp4": MXFP4_ROW_BYTES + MXFP4_SCALES, "fp8": QK_DIM, "bf16": 2 * QK_DIM}
 
 # ----------------------------------------------------------------------------------------
-# Routing. Plan = (fmt, block_n, num_splits, num_warps, num_stages, trans).
+# Routing. Plan = (fmt, block_n, num_splits, num_warps, num_stages, kernel).
 # PLANS is produced offline by tools/tune_mla.py on an H200 (see tools/NOTES_mla.md) and
 # keyed by (batch_size, kv_seq_len, q_seq_len). Nothing is timed at run time.
+# kernel: KERNEL_HMMA / KERNEL_WGMMA are _mla_split_kernel's two orientations (its TRANS);
+# KERNEL_GLUON is _mla_fp8_wgmma_kernel (fp8 cache, block_n 64, 4 warps, 2 stages).
 # ----------------------------------------------------------------------------------------
-# Written by `python tools/tune_mla.py --write` on an H200 (timings in tools/NOTES_mla.md).
+KERNEL_HMMA, KERNEL_WGMMA, KERNEL_GLUON = 0, 1, 2
+
+# Written by `python tools/tune_mla.py` on an H200 (last: --around-plans, tools/device_logs/
+# mla_tune_around_7.md; timings in tools/NOTES_mla.md).
 PLANS = {
-    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, trans),  # ms
-    (4, 1024, 1): ('bf16', 64, 16, 4, 2, 0),  # 0.0164
-    (4, 8192, 1): ('fp8', 128, 33, 8, 3, 0),  # 0.0320
-    (32, 1024, 1): ('fp8', 128, 4, 8, 3, 0),  # 0.0254
-    (32, 8192, 1): ('bf16', 64, 4, 4, 3, 0),  # 0.0918
-    (64, 1024, 1): ('fp8', 128, 2, 8, 3, 0),  # 0.0358
-    (64, 8192, 1): ('bf16', 64, 2, 4, 3, 0),  # 0.1573
-    (256, 1024, 1): ('bf16', 64, 1, 4, 2, 0),  # 0.0868
-    (256, 8192, 1): ('bf16', 64, 1, 4, 2, 0),  # 0.5547
+    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, kernel),  # ms
+    (4, 1024, 1): ('bf16', 64, 16, 4, 2, 0),  # 0.0147
+    (4, 8192, 1): ('fp8', 128, 33, 8, 3, 0),  # 0.0280
+    (32, 1024, 1): ('fp8', 128, 4, 8, 3, 0),  # 0.0253
+    (32, 8192, 1): ('fp8', 64, 8, 4, 2, 2),  # 0.0876
+    (64, 1024, 1): ('fp8', 128, 2, 8, 3, 0),  # 0.0354
+    (64, 8192, 1): ('fp8', 64, 4, 4, 2, 2),  # 0.1284
+    (256, 1024, 1): ('fp8', 64, 1, 4, 2, 2),  # 0.0733
+    (256, 8192, 1): ('fp8', 64, 1, 4, 2, 2),  # 0.3675
 }
 
 NUM_SMS = 132               # H200; the rule below only needs a rough count
@@ -74,27 +92,33 @@ MIN_TOKENS_PER_SPLIT = 128  # below this a split's fixed cost (Q load, partial s
 MAX_SPLITS = 64
 
 
-BF16_MIN_TOKENS = 1 << 18   # from this many cache rows (batch * kv_seq_len) on, read bf16
-# (block_n, warps, stages, trans) the rule uses per format: the tuned table's winners.
-RULE_KERNEL = {"bf16": (64, 4, 3, 0), "fp8": (128, 8, 3, 0)}
+BIG_MIN_TOKENS = 1 << 18    # from this many cache rows (batch * kv_seq_len) on, the "big" kernel
+# (block_n, warps, stages, kernel) the rule uses: the tuned table's winners. "big" is the Gluon fp8
+# kernel where this Triton has Gluon, else the bf16 cache (which the Triton kernel streams at full
+# bandwidth); "small" reads fp8.
+RULE_KERNEL = {"gluon": ("fp8", 64, 4, 2, KERNEL_GLUON), "bf16": ("bf16", 64, 4, 3, KERNEL_HMMA),
+               "fp8": ("fp8", 128, 8, 3, KERNEL_HMMA)}
 
 
 def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
-    """Plan from the table, else from the rule: the bf16 cache for big problems (>=
-    BF16_MIN_TOKENS rows: there every format is bandwidth- or ALU-bound and bf16 is the one
-    this kernel streams at full bandwidth), fp8 below, each with the kernel configuration that
-    won in the table (RULE_KERNEL); enough KV splits that ~2 programs run per SM, but no
-    split shorter than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
+    """Plan from the table (unless it names the Gluon kernel and this Triton has no Gluon), else
+    from the rule: for big problems (>= BIG_MIN_TOKENS rows) the Gluon fp8 kernel with about two
+    programs per SM (it runs two per SM; more splits only add partials), or without Gluon the
+    bf16 cache; below, fp8 with enough KV splits that ~2 programs run per SM. No split is shorter
+    than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
     plan = PLANS.get((batch_size, kv_seq_len, q_seq_len))
-    if plan is not None:
+    if plan is not None and (plan[5] != KERNEL_GLUON or gluon is not None):
         return plan
     programs = max(1, batch_size * q_seq_len)
-    want = triton.cdiv(2 * NUM_SMS, programs)
     cap = max(1, kv_seq_len // MIN_TOKENS_PER_SPLIT)
+    if batch_size * kv_seq_len >= BIG_MIN_TOKENS:
+        kind = "gluon" if gluon is not None else "bf16"
+    else:
+        kind = "fp8"
+    want = (2 * NUM_SMS) // programs if kind == "gluon" else triton.cdiv(2 * NUM_SMS, programs)
     splits = max(1, min(want, cap, MAX_SPLITS))
-    fmt = "bf16" if batch_size * kv_seq_len >= BF16_MIN_TOKENS else "fp8"
-    block_n, warps, stages, trans = RULE_KERNEL[fmt]
-    return (fmt, block_n, splits, warps, stages, trans)
+    fmt, block_n, warps, stages, kernel = RULE_KERNEL[kind]
+    return (fmt, block_n, splits, warps, stages, kernel)
 
 
 # ----------------------------------------------------------------------------------------
@@ -486,6 +510,190 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
 
 
 # ----------------------------------------------------------------------------------------
+# Gluon kernel (plan kernel KERNEL_GLUON, fp8 cache): the big shapes. Triton's dots put the 16
+# heads on M (mma.sync) or re-decode V per orientation; Gluon states layouts, so this kernel runs
+# both products as wgmma in the transposed orientation (M = cache rows, then M = V dims) and
+# feeds V to the second one straight from registers:
+#   * each ring slot holds BN = 64 cache rows as 9 TMA tiles [64, 64] fp8 (8 nope = V, 1 rope);
+#   * S^T[64, 32] = K . [q_hi; q_lo]^T: fp8 wgmma (QGMMA), both operands in shared memory. q (bf16)
+#     is split into two e4m3 parts scaled by 2^k (together ~8 significant bits, as bf16 has) and
+#     stacked on N, so K is read once;
+#   * O^T[512, 16] += V^T . P^T: fp16 wgmma (HGMMA), V^T as the register A operand. Each thread
+#     loads 8 consecutive bytes of a cache row per LDS and widens them to fp16 in registers; the
+#     operand's rows are a permutation of the V dims (_v_dim) chosen so that this load lands in
+#     the wgmma operand layout with no data exchange. No decoded copy of V goes through shared
+#     memory (that copy made the kernel shared-memory bound: 0.51 ms against 0.37 at 256 x 8192).
+# One warpgroup per program, 2 ring stages, ~92 KB of shared memory: two programs per SM.
+# Partials and the combine are the Triton kernel's.
+# ----------------------------------------------------------------------------------------
+GLUON_BN, GLUON_WARPS, GLUON_STAGES = 64, 4, 2  # the layouts below are written for these
+
+if gluon is not None:
+    # Gluon is experimental and renames things: Triton 3.6 calls the CTA barrier thread_barrier.
+    _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+
+    @gluon.jit
+    def _issue_kv(kv_desc, row, pred, kv_smem, first: gl.constexpr, rope_dst, bar, NT: gl.constexpr):
+        """TMA of BN cache rows from `row` (if pred): the 8 nope (= V) column tiles into
+        kv_smem[first:first + 8], the rope tile into rope_dst, all on mbarrier bar."""
+        mbarrier.expect(bar, NT * kv_desc.block_type.nbytes, pred=pred)
+        for i in gl.static_range(NT - 1):
+            gtma.async_copy_global_to_shared(kv_desc, [row, 64 * i], bar, kv_smem.index(first + i), pred=pred)
+        gtma.async_copy_global_to_shared(kv_desc, [row, 64 * (NT - 1)], bar, rope_dst, pred=pred)
+
+    @gluon.jit
+    def _v_chunk(tiles, ld_l: gl.constexpr, a_l: gl.constexpr):
+        """4 V tiles [4, 64 rows, 64 dims] (fp8, shared memory) as the fp16 register A operand
+        V^T[256, 64] of a wgmma, operand row m holding dim _v_dim(m) of the 4 tiles. ld_l gives each
+        thread 8 consecutive dims of a row per load, and after the reshape/permute (a relabelling) it is
+        the operand layout itself: the convert_layout moves no data."""
+        v = tiles.load(ld_l).to(gl.float16)      # [tile w, row, dim 8g + 2b + h]
+        v = gl.reshape(v, [4, 64, 8, 4, 2])
+        v = gl.permute(v, (3, 0, 4, 2, 1))       # [b, w, h, g, row]
+        return gl.convert_layout(gl.reshape(v, [256, 64]), a_l)
+
+    @gluon.jit
+    def _v_dim(m):
+        """The V dim (within a chunk of 4 tiles) of operand row m = 64b + 16w + 8h + g: 64w + 8g + 2b + h."""
+        return 64 * ((m >> 4) & 3) + 8 * (m & 7) + 2 * (m >> 6) + ((m >> 3) & 1)
+
+    @gluon.jit
+    def _gluon_tile(kv_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot: gl.constexpr,
+                    start, end, n_tiles, qk, rows, m_i, l_i, o_a, o_b, s0, mma_o: gl.constexpr,
+                    ld_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                    NT: gl.constexpr):
+        """Tile j (BN cache rows from start + j * BN) in ring slot `slot`: scores, online softmax
+        (log2 domain), O^T = alpha * O^T + V^T . P^T, then the slot's refill with tile j + STAGES."""
+        mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
+        first: gl.constexpr = slot * (NT - 1)
+        rope = rope_smem.index(slot)
+        s = warpgroup_mma(kv_smem.index(first), q_smem.index(0).permute((1, 0)), s0, use_acc=False,
+                          is_async=True)
+        for i in gl.static_range(1, NT - 1):
+            s = warpgroup_mma(kv_smem.index(first + i), q_smem.index(i).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma(rope, q_smem.index(NT - 1).permute((1, 0)), s, is_async=True)
+        s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+        s_hi, s_lo = gl.split(gl.permute(gl.reshape(s, [BN, 2, 16]), (0, 2, 1)))  # columns h and 16 + h
+        n = start + j * BN
+        # rows past `end` (the next split or sequence, or TMA's zero fill) get no weight
+        s = gl.where(gl.expand_dims(n + rows < end, 1), gl.convert_layout(s_hi + s_lo, mma_o) * qk,
+                     float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 0))  # finite: every tile has a row before `end`
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(s - gl.expand_dims(m_new, 0))
+        l_i = l_i * alpha + gl.sum(p, 0)
+        p_smem.store(gl.permute(p.to(gl.float16), (1, 0)))
+        fence_async_shared()
+        _cta_barrier()
+        p_b = p_smem.permute((1, 0))
+        alpha = gl.expand_dims(alpha, 0)
+        o_a = warpgroup_mma(_v_chunk(kv3_smem.slice(first, 4), ld_l, a_l), p_b, o_a * alpha, is_async=True)
+        o_a = warpgroup_mma_wait(num_outstanding=0, deps=(o_a,))  # its A registers are free again
+        o_b = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 4, 4), ld_l, a_l), p_b, o_b * alpha, is_async=True)
+        _cta_barrier()  # every warp has read the slot
+        _issue_kv(kv_desc, n + STAGES * BN, j + STAGES < n_tiles, kv_smem, first, rope, bars.index(slot), NT)
+        o_b = warpgroup_mma_wait(num_outstanding=0, deps=(o_b,))
+        return m_new, l_i, o_a, o_b
+
+    @gluon.jit(do_not_specialize=["q_seq_len", "num_splits"])
+    def _mla_fp8_wgmma_kernel(kv_desc, q_ptr, out_ptr, scale_ptr, kv_indptr_ptr, part_o_ptr, part_lse_ptr,
+                              qk_scale, q_seq_len, num_splits,
+                              BN: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr):
+        # Grid, splits, partials and outputs as _mla_split_kernel's. kv_desc: the fp8 cache as
+        # (tokens, 576) with box [BN, 64].
+        NT: gl.constexpr = 9  # 64-column tiles of a cache row: 8 nope (= V) + 1 rope
+        mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, 32, 32])
+        mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, 16, 16])
+        a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+        # [4 tiles, BN rows, 64 dims]: registers = dims 0-2 (one 8-byte load) and rows 0, 3, 4, 5;
+        # lanes = rows 1-2 and dims 3-5; warps = tiles. See _v_chunk.
+        ld_l: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 1, 0], [0, 8, 0], [0, 16, 0], [0, 32, 0]],
+            lane_bases=[[0, 2, 0], [0, 4, 0], [0, 0, 8], [0, 0, 16], [0, 0, 32]],
+            warp_bases=[[1, 0, 0], [2, 0, 0]], block_bases=[], shape=[4, BN, 64])
+        q_l: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # [16, 64] q tiles
+        q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([32, 64], gl.float8e4nv)
+        p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([16, BN], gl.float16)
+
+        pid_q = gl.program_id(0)
+        pid_s = gl.program_id(1)
+        seq = pid_q // q_seq_len
+        kv_lo = gl.load(kv_indptr_ptr + seq)
+        kv_hi = gl.load(kv_indptr_ptr + seq + 1)
+        per_split = gl.cdiv(gl.cdiv(kv_hi - kv_lo, num_splits), BN) * BN
+        start = kv_lo + pid_s * per_split
+        end = gl.minimum(start + per_split, kv_hi)
+        n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
+        kv_scale = gl.load(scale_ptr)
+
+        kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES * (NT - 1), BN, 64], kv_desc.layout)
+        # the same bytes under a rank-3 layout, so that one load reads 4 tiles
+        kv3_smem = kv_smem._reinterpret(gl.float8e4nv, [STAGES * (NT - 1), BN, 64],
+                                        gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=8, rank=3))
+        rope_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, 64], kv_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        for i in gl.static_range(STAGES):
+            _issue_kv(kv_desc, start + i * BN, i < n_tiles, kv_smem, i * (NT - 1), rope_smem.index(i),
+                      bars.index(i), NT)
+
+        # q as q_hi + q_lo (e4m3) times 2^k, max|q| * 2^k in [2^7, 2^8) (no saturation; exact 2^-k
+        # back in qk). Rows 0-15 of each q tile hold q_hi, rows 16-31 q_lo.
+        hq = gl.arange(0, 16, layout=gl.SliceLayout(1, q_l))
+        cq = gl.arange(0, 64, layout=gl.SliceLayout(0, q_l))
+        q_offs = gl.expand_dims(hq, 1) * 576 + gl.expand_dims(cq, 0)
+        q_row = q_ptr + pid_q.to(gl.int64) * (16 * 576)
+        amax = gl.max(gl.max(gl.abs(gl.load(q_row + q_offs).to(gl.float32)), 1), 0)
+        for i in gl.static_range(1, NT):
+            amax = gl.maximum(amax, gl.max(gl.max(gl.abs(gl.load(q_row + 64 * i + q_offs).to(gl.float32)), 1), 0))
+        biased_exp = (amax.to(gl.int32, bitcast=True) >> 23) & 255  # 0 for 0 / subnormal
+        k = gl.minimum(gl.maximum(134 - biased_exp, -126), 126)
+        q_mult = ((k + 127) << 23).to(gl.float32, bitcast=True)
+        qk = qk_scale * kv_scale * ((127 - k) << 23).to(gl.float32, bitcast=True)
+        q_smem = gl.allocate_shared_memory(gl.float8e4nv, [NT, 32, 64], q_sl)
+        for i in gl.static_range(NT):
+            x = gl.load(q_row + 64 * i + q_offs).to(gl.float32) * q_mult
+            hi = x.to(gl.float8e4nv)
+            q_smem.index(i).slice(0, 16, dim=0).store(hi)
+            q_smem.index(i).slice(16, 16, dim=0).store((x - hi.to(gl.float32)).to(gl.float8e4nv))
+        p_smem = gl.allocate_shared_memory(gl.float16, [16, BN], p_sl)
+        fence_async_shared()
+        _cta_barrier()
+
+        rows = gl.arange(0, BN, layout=gl.SliceLayout(1, mma_o))
+        m_i = gl.full([16], float("-inf"), gl.float32, layout=gl.SliceLayout(0, mma_o))
+        l_i = gl.zeros([16], gl.float32, layout=gl.SliceLayout(0, mma_o))
+        o_a = gl.zeros([256, 16], gl.float32, layout=mma_o)  # O^T for V dims 0-255, rows in _v_dim order
+        o_b = o_a                                            # and for dims 256-511
+        s0 = gl.zeros([BN, 32], gl.float32, layout=mma_s)
+        for j0 in range(0, n_tiles, STAGES):
+            for slot in gl.static_range(STAGES):  # unrolled by slot: the V chunks are constant slices
+                j = j0 + slot
+                if j < n_tiles:
+                    m_i, l_i, o_a, o_b = _gluon_tile(kv_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars,
+                                                     j, slot, start, end, n_tiles, qk, rows, m_i, l_i, o_a, o_b,
+                                                     s0, mma_o, ld_l, a_l, BN, STAGES, NT)
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(bars.index(i))
+
+        # Normalise here so partials are plain averages; an empty split has l_i = 0, lse = -inf.
+        inv = gl.expand_dims(gl.where(l_i > 0, kv_scale / l_i, 0.0), 0)
+        heads = gl.arange(0, 16, layout=gl.SliceLayout(0, mma_o))
+        if SPLIT:
+            base = part_o_ptr + (pid_q * num_splits + pid_s).to(gl.int64) * (16 * 512)
+            lse = gl.where(l_i > 0, m_i + gl.log2(l_i), float("-inf"))
+            gl.store(part_lse_ptr + (pid_q * num_splits + pid_s) * 16 + heads, lse)
+        else:
+            base = out_ptr + pid_q.to(gl.int64) * (16 * 512)
+        offs = gl.expand_dims(heads, 0) * 512 + gl.expand_dims(_v_dim(gl.arange(0, 256, layout=gl.SliceLayout(1, mma_o))), 1)
+        gl.store(base + offs, (o_a * inv).to(base.dtype.element_ty))
+        gl.store(base + 256 + offs, (o_b * inv).to(base.dtype.element_ty))
+
+
+# ----------------------------------------------------------------------------------------
 # Host path. The benchmark's L2 flush hides only ~35 us of host time, and Triton's own launch
 # path (argument binding, a Python walk over the arguments to encode tensor descriptors, a
 # driver call per pointer) costs more than that per launch on the H200 test VM. So:
@@ -608,9 +816,11 @@ def _qk_scale(config):
 
 def _split_constexprs(plan, dot):
     """The split kernel's constexpr arguments, in its parameter order (the direct launch relies
-    on that order)."""
-    fmt, block_n, splits, warps, stages, trans = plan
-    return dict(FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=trans, DOT=dot)
+    on that order): _mla_split_kernel's, or _mla_fp8_wgmma_kernel's for a KERNEL_GLUON plan."""
+    fmt, block_n, splits, warps, stages, kernel = plan
+    if kernel == KERNEL_GLUON:
+        return dict(BN=block_n, SPLIT=splits > 1, STAGES=stages)
+    return dict(FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=kernel, DOT=dot)
 
 
 def _combine_constexprs(splits):
@@ -627,23 +837,35 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
     combine kernel or None) as CompiledKernels. No syncs; no allocation besides the output.
     dot_dtype: by format on the GPU (_dot_dtype); the CPU tests pass tl.float16 because the
     Triton interpreter's bf16 dots are wrong (the MXFP4 decode then uses plain Triton ops)."""
-    fmt, block_n, splits, warps, stages, trans = plan
+    fmt, block_n, splits, warps, stages, kernel = plan
     total_q = q.shape[0]
     dev = q.device
     base, scales = _cache_and_scales(kv_data, fmt)
     row = base.shape[-1]
     total_kv = base.shape[0]
-    kv_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 64])
-    rope_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 32])
     out = torch.empty((total_q, NUM_HEADS, V_DIM), dtype=torch.bfloat16, device=dev)
     # scratch for the split partials; unused (any valid pointer) with one split
     part_o, part_lse = _scratch_for(total_q, splits, dev) if splits > 1 else (out, out)
     split_consts = _split_constexprs(plan, dot_dtype if dot_dtype is not None else _dot_dtype(fmt))
-    split_ck = _mla_split_kernel[(total_q, splits, 1)](
-        q, out, kv_desc, rope_desc, scales, kv_indptr, part_o, part_lse,
-        _qk_scale(config), config["q_seq_len"], splits,
-        **split_consts, num_warps=warps, num_stages=stages)
-    _compiled[("_mla_split_kernel", tuple(split_consts.items()), warps, stages, dev)] = split_ck
+    if kernel == KERNEL_GLUON:
+        if (fmt, block_n, warps, stages) != ("fp8", GLUON_BN, GLUON_WARPS, GLUON_STAGES):
+            raise ValueError(f"plan {plan}: the Gluon kernel reads fp8 with block_n {GLUON_BN}, "
+                             f"{GLUON_WARPS} warps and {GLUON_STAGES} stages")
+        layout = gl.NVMMASharedLayout.get_default_for([block_n, 64], gl.float8e4nv)
+        kv_desc = GluonTensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 64], layout)
+        split_ck = _mla_fp8_wgmma_kernel[(total_q, splits, 1)](
+            kv_desc, q, out, scales, kv_indptr, part_o, part_lse,
+            _qk_scale(config), config["q_seq_len"], splits, **split_consts, num_warps=warps)
+        name = "_mla_fp8_wgmma_kernel"
+    else:
+        kv_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 64])
+        rope_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 32])
+        split_ck = _mla_split_kernel[(total_q, splits, 1)](
+            q, out, kv_desc, rope_desc, scales, kv_indptr, part_o, part_lse,
+            _qk_scale(config), config["q_seq_len"], splits,
+            **split_consts, num_warps=warps, num_stages=stages)
+        name = "_mla_split_kernel"
+    _compiled[(name, tuple(split_consts.items()), warps, stages, dev)] = split_ck
     combine_ck = None
     if splits > 1:
         combine_consts = _combine_constexprs(splits)
@@ -723,15 +945,15 @@ class _Route:
     parameters, grids and split scratch, all fixed by the signature."""
 
     def __init__(self, q, kv_data, config, plan, split_ck, combine_ck):
-        fmt, block_n, splits, warps, stages, trans = plan
+        fmt, block_n, splits, warps, stages, kernel = plan
         base, _ = _cache_and_scales(kv_data, fmt)
-        self.fmt, self.splits = fmt, splits
+        self.fmt, self.splits, self.gluon = fmt, splits, kernel == KERNEL_GLUON
         self.total_q = q.shape[0]
         self.device = q.device
         self.stream_of = triton.runtime.driver.active.get_current_stream
         self.fill_tma = triton.runtime.driver.active.utils.fill_tma_descriptor
         self.split = _DirectLaunch(split_ck)
-        if len(self.split.tma) != 2:
+        if len(self.split.tma) != (1 if self.gluon else 2):  # Gluon: one box for nope and rope
             raise RuntimeError("the split kernel's descriptors were not lowered to TMA")
         self.row = base.shape[-1]
         self.qk_scale, self.q_seq_len = _qk_scale(config), config["q_seq_len"]
@@ -743,11 +965,11 @@ class _Route:
         combine_consts = _combine_constexprs(splits)
         self.combine_programs = V_DIM // combine_consts["BD"]
         self.combine_consts = tuple(combine_consts.values())
-        self.descriptors = {}  # (cache pointer, token count) -> the two encoded TMA descriptors
+        self.descriptors = {}  # (cache pointer, token count) -> the encoded TMA descriptors
         self.outputs = _OutputsAhead((self.total_q, NUM_HEADS, V_DIM), ahead=_allocate_output_ahead(config, fmt))
 
     def _descriptors(self, ptr, tokens):
-        """The split kernel's two descriptors of a cache at ptr with this many tokens. Encoding is a
+        """The split kernel's descriptors of a cache at ptr with this many tokens. Encoding is a
         pure function of those two (the box, swizzle and row width are the route's), so a repeated
         cache reuses it: a memo of an address and a shape, never of data. Bounded, since fresh
         inputs (leaderboard mode) bring a new address nearly every call."""
@@ -768,13 +990,18 @@ class _Route:
         stream = self.stream_of(self.device.index)
         out = self.outputs.take(q, stream)  # bf16 on q's device (the signature pins both)
         out_ptr, row, tokens = out.data_ptr(), self.row, base.shape[0]
-        kv_desc, rope_desc = self._descriptors(base.data_ptr(), tokens)
+        descs = self._descriptors(base.data_ptr(), tokens)
         dims = (tokens, row, row, 1)
         split, part_o, part_lse = self.split, *self.part_ptrs
-        split.launch(self.total_q, self.splits, 1, stream, *split.head,
-                     q.data_ptr(), out_ptr, kv_desc, *dims, rope_desc, *dims,
-                     scales.data_ptr(), kv_indptr.data_ptr(), part_o, part_lse,
-                     self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
+        if self.gluon:  # _mla_fp8_wgmma_kernel's parameter order
+            split.launch(self.total_q, self.splits, 1, stream, *split.head,
+                         descs[0], *dims, q.data_ptr(), out_ptr, scales.data_ptr(), kv_indptr.data_ptr(),
+                         part_o, part_lse, self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
+        else:
+            split.launch(self.total_q, self.splits, 1, stream, *split.head,
+                         q.data_ptr(), out_ptr, descs[0], *dims, descs[1], *dims,
+                         scales.data_ptr(), kv_indptr.data_ptr(), part_o, part_lse,
+                         self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
         combine = self.combine
         if combine is not None:
             combine.launch(self.total_q, self.combine_programs, 1, stream, *combine.head,

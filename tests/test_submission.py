@@ -24,9 +24,11 @@ import submission as S  # noqa: E402
 def test_plan_table_entries_are_used_and_well_formed():
     for key, plan in S.PLANS.items():
         assert S.plan_for(*key) == plan
-        fmt, bn, splits, warps, stages, trans = plan
+        fmt, bn, splits, warps, stages, kernel = plan
         assert fmt in S.FMT_IDS and bn in (32, 64, 128) and splits >= 1
-        assert warps in (4, 8) and stages >= 2 and trans in (0, 1)
+        assert warps in (4, 8) and stages >= 2 and kernel in (S.KERNEL_HMMA, S.KERNEL_WGMMA, S.KERNEL_GLUON)
+        if kernel == S.KERNEL_GLUON:  # the one configuration its layouts are written for
+            assert (fmt, bn, warps, stages) == ("fp8", S.GLUON_BN, S.GLUON_WARPS, S.GLUON_STAGES)
 
 
 def test_benchmark_shapes_are_all_planned():
@@ -35,17 +37,50 @@ def test_benchmark_shapes_are_all_planned():
             assert (b, kv, 1) in S.PLANS
 
 
-@pytest.mark.parametrize("batch,kv,q", [(1, 16, 1), (8, 4096, 1), (128, 4096, 1), (2, 100, 2),
-                                        (1000, 64, 1), (3, 1 << 20, 1)])
-def test_rule_for_unplanned_shapes(batch, kv, q):
-    assert (batch, kv, q) not in S.PLANS
-    fmt, bn, splits, warps, stages, trans = S.plan_for(batch, kv, q)
-    assert fmt == ("bf16" if batch * kv >= S.BF16_MIN_TOKENS else "fp8")
-    assert (bn, warps, stages, trans) == S.RULE_KERNEL[fmt]
+def _check_rule(batch, kv, q, big_kind):
+    fmt, bn, splits, warps, stages, kernel = S.plan_for(batch, kv, q)
+    kind = big_kind if batch * kv >= S.BIG_MIN_TOKENS else "fp8"
+    assert (fmt, bn, warps, stages, kernel) == S.RULE_KERNEL[kind]
     assert 1 <= splits <= S.MAX_SPLITS
     assert splits <= max(1, kv // S.MIN_TOKENS_PER_SPLIT)  # no split shorter than the minimum
     if splits > 1:  # splits only while the grid is not yet ~2 programs per SM
         assert batch * q * (splits - 1) < 2 * S.NUM_SMS
+        if kind == "gluon":  # which runs two programs per SM: no more than that
+            assert batch * q * splits <= 2 * S.NUM_SMS
+
+
+RULE_SHAPES = [(1, 16, 1), (8, 4096, 1), (128, 4096, 1), (2, 100, 2), (1000, 64, 1), (3, 1 << 20, 1)]
+
+
+@pytest.mark.parametrize("batch,kv,q", RULE_SHAPES)
+def test_rule_for_unplanned_shapes(batch, kv, q):
+    assert (batch, kv, q) not in S.PLANS
+    _check_rule(batch, kv, q, "gluon" if S.gluon is not None else "bf16")
+
+
+def test_without_gluon_the_big_shapes_read_bf16(monkeypatch):
+    """A Triton without Gluon: table plans that name the Gluon kernel and the rule's big plans both
+    become the Triton kernel on the bf16 cache; nothing routes to a kernel that cannot be built."""
+    monkeypatch.setattr(S, "gluon", None)
+    for batch, kv, q in RULE_SHAPES:
+        _check_rule(batch, kv, q, "bf16")
+    for key, plan in S.PLANS.items():
+        if plan[5] == S.KERNEL_GLUON:
+            assert S.plan_for(*key)[5] != S.KERNEL_GLUON
+            _check_rule(*key, "bf16")
+
+
+def test_gluon_operand_rows_cover_the_v_dims_once():
+    """_v_dim(m), the V dim held in row m of the Gluon kernel's register operand, is a permutation of
+    0..255 and matches the reshape/permute _v_chunk applies to the [4 tiles, rows, 64 dims] load."""
+    import numpy as np
+    m = np.arange(256)
+    dims = S._v_dim.fn(m)
+    assert sorted(dims.tolist()) == list(range(256))
+    # _v_chunk's relabelling, applied to each element's dim within the 4 tiles (tile * 64 + dim)
+    loaded = np.broadcast_to((np.arange(4)[:, None, None] * 64 + np.arange(64)[None, None, :]), (4, 64, 64))
+    operand = loaded.reshape(4, 64, 8, 4, 2).transpose(3, 0, 4, 2, 1).reshape(256, 64)
+    assert (operand == dims[:, None]).all()
 
 
 # ---------------------------------------------------------------------------- fallback
@@ -244,7 +279,7 @@ def test_route_allocates_the_next_output_after_its_launches():
     allocated after this call's launches (host time that then overlaps the kernels), per stream."""
     launched = []
     route = S._Route.__new__(S._Route)
-    route.fmt, route.total_q, route.splits, route.row = "bf16", 3, 1, 576
+    route.fmt, route.total_q, route.splits, route.row, route.gluon = "bf16", 3, 1, 576, False
     route.device, route.stream_of = torch.device("cpu"), lambda index: current_stream[0]
     route.descriptors, route.fill_tma = {}, lambda *a: "desc"
     route.part_ptrs, route.combine, route.split_consts = (0, 0), None, ()
@@ -297,3 +332,53 @@ def test_route_memoizes_descriptors_by_cache_address_and_length():
     for i in range(100):
         route._descriptors((3 << 20) + 1024 * i, 100)
     assert len(route.descriptors) <= 16
+
+
+def test_gluon_route_passes_the_kernels_parameters_in_order():
+    """The direct launch of the Gluon kernel hands the C launcher its parameters in the kernel's order
+    (the descriptor expanded to CUtensorMap, shape, strides; pointers as ints; constexprs last).
+    On the GPU the route is also checked bitwise against Triton's launch when it is made."""
+    if S.gluon is None:
+        pytest.skip("this Triton has no Gluon")
+    got = []
+    route = S._Route.__new__(S._Route)
+    route.fmt, route.total_q, route.splits, route.row, route.gluon = "fp8", 2, 3, 576, True
+    route.device, route.stream_of = torch.device("cpu"), lambda index: 5
+    route.descriptors, route.fill_tma = {}, lambda *a: "desc"
+    route.part_ptrs, route.combine = (111, 222), None
+    route.split_consts = tuple(S._split_constexprs(("fp8", 64, 3, 4, 2, S.KERNEL_GLUON), None).values())
+    route.qk_scale, route.q_seq_len = 0.25, 1
+    route.outputs = S._OutputsAhead((2, S.NUM_HEADS, S.V_DIM), ahead=False)
+    route.split = types.SimpleNamespace(tma=[()], head=("h",), launch=lambda *a: got.append(a))
+    q = torch.zeros(2, S.NUM_HEADS, S.QK_DIM, dtype=torch.bfloat16)
+    kv = {"fp8": (torch.zeros(10, 1, S.QK_DIM, dtype=torch.float8_e4m3fn), torch.ones(1))}
+    indptr = torch.tensor([0, 4, 10], dtype=torch.int32)
+    out = route(q, kv, indptr)
+    grid, args = got[0][:3], got[0][5:]  # after the grid, the stream and the launcher's head
+    assert grid == (2, 3, 1)
+    names = S._mla_fp8_wgmma_kernel.arg_names
+    assert names == ["kv_desc", "q_ptr", "out_ptr", "scale_ptr", "kv_indptr_ptr", "part_o_ptr", "part_lse_ptr",
+                     "qk_scale", "q_seq_len", "num_splits", "BN", "SPLIT", "STAGES"]
+    assert args[:5] == ("desc", 10, 576, 576, 1)  # the descriptor and the cache's (rows, 576) view
+    assert args[5:] == (q.data_ptr(), out.data_ptr(), kv["fp8"][1].data_ptr(), indptr.data_ptr(), 111, 222,
+                        0.25, 1, 3, 64, True, 2)
+
+
+def test_gluon_kernel_compiles_for_sm90_to_tma_and_wgmma():
+    """The Gluon kernel compiles for sm_90 on this CPU machine (Gluon has no interpreter: its GPU
+    checks are eval.py's and tools/bench_mla.py's) and runs what it is for: TMA loads (UTMALDG), the
+    scores as fp8 wgmma (QGMMA), P.V as fp16 wgmma (HGMMA) with V from registers, no mma.sync."""
+    if S.gluon is None:
+        pytest.skip("this Triton has no Gluon")
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import re
+    import sass_offline
+    for split in (True, False):
+        k = sass_offline.compile_gluon(split)
+        ttgir = k.asm["ttgir"]
+        assert k.metadata.shared <= 113 * 1024  # two programs per SM
+        assert re.search(r"warp_group_dot %\S+, %\S+, .*tensor<256x64xf16, #ttg.dot_op<\{opIdx = 0", ttgir)
+        assert not re.search(r"local_(alloc|store) .*tensor<64x64xf16", ttgir)  # no fp16 copy of V
+        sass = sass_offline.sass_of(k)
+        ops = re.findall(r"\b(UTMALDG|QGMMA|HGMMA|HMMA)\b", sass)
+        assert {"UTMALDG", "QGMMA", "HGMMA"} <= set(ops) and "HMMA" not in ops

@@ -5,8 +5,9 @@ variants can be checked on a CPU machine before spending GPU time: registers, sp
 memory, and the instruction mix (UTMALDG = TMA, HGMMA/QGMMA = wgmma, HMMA = mma.sync, LDS/LDSM,
 conversions).
 
-    python tools/sass_offline.py FMT BLOCK_N WARPS STAGES TRANS [--out DIR]
+    python tools/sass_offline.py FMT BLOCK_N WARPS STAGES KERNEL [--out DIR]
     python tools/sass_offline.py fp8 64 4 3 0
+    python tools/sass_offline.py fp8 64 4 2 2      # the Gluon kernel (KERNEL_GLUON)
 """
 import argparse
 import collections
@@ -29,7 +30,25 @@ WATCH = ("UTMALDG", "HGMMA", "QGMMA", "HMMA", "LDSM", "LDS", "STS", "LDL", "STL"
          "IMAD", "LOP3", "PRMT", "BAR")
 
 
+def compile_gluon(split=True):
+    """_mla_fp8_wgmma_kernel (KERNEL_GLUON) for sm_90."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+    layout = S.gl.NVMMASharedLayout.get_default_for([S.GLUON_BN, 64], S.gl.float8e4nv)
+    signature = {"kv_desc": f"tensordesc<fp8e4nv[{S.GLUON_BN}, 64],{layout!r}>", "q_ptr": "*bf16",
+                 "out_ptr": "*bf16", "scale_ptr": "*fp32", "kv_indptr_ptr": "*i32", "part_o_ptr": "*fp32",
+                 "part_lse_ptr": "*fp32", "qk_scale": "fp32", "q_seq_len": "i32", "num_splits": "i32",
+                 "BN": "constexpr", "SPLIT": "constexpr", "STAGES": "constexpr"}
+    constexprs = {"BN": S.GLUON_BN, "SPLIT": split, "STAGES": S.GLUON_STAGES}
+    aligned = {(i,): [["tt.divisibility", 16]] for i in range(1, 7)}  # the pointers, as on the GPU
+    src = GluonASTSource(S._mla_fp8_wgmma_kernel, signature, constexprs, aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": S.GLUON_WARPS})
+
+
 def compile_split(fmt, block_n, warps, stages, trans, split=True):
+    """_mla_split_kernel (trans = KERNEL_HMMA or KERNEL_WGMMA), or with trans = KERNEL_GLUON the
+    Gluon kernel (fp8, its one configuration)."""
+    if trans == S.KERNEL_GLUON:
+        return compile_gluon(split)
     elt = ELEMENT[fmt]
     signature = {
         "q_ptr": "*bf16", "out_ptr": "*bf16",
@@ -47,23 +66,31 @@ def compile_split(fmt, block_n, warps, stages, trans, split=True):
                           options={"num_warps": warps, "num_stages": stages})
 
 
+def sass_of(kernel, path=None):
+    """cuobjdump -sass of a compiled kernel (its cubin written to path + '.cubin', or a temp file)."""
+    import tempfile
+    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = (path or os.path.join(tmp, "k")) + ".cubin"
+        with open(cubin, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        return subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", cubin],
+                              capture_output=True, text=True, check=True).stdout
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("fmt", choices=sorted(ELEMENT))
     ap.add_argument("block_n", type=int)
     ap.add_argument("warps", type=int)
     ap.add_argument("stages", type=int)
-    ap.add_argument("trans", type=int)
+    ap.add_argument("trans", type=int, help="kernel: 0 HMMA, 1 Triton wgmma, 2 Gluon")
     ap.add_argument("--out", default=None, help="directory for the .ttgir, .ptx, .cubin and .sass")
     args = ap.parse_args()
     kernel = compile_split(args.fmt, args.block_n, args.warps, args.stages, args.trans)
     bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    cubin = kernel.asm["cubin"]
     path = os.path.join(args.out or "/tmp", f"mla_{args.fmt}_{args.block_n}_{args.warps}_{args.stages}_{args.trans}")
-    with open(path + ".cubin", "wb") as f:
-        f.write(cubin)
-    sass = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", path + ".cubin"],
-                          capture_output=True, text=True, check=True).stdout
+    sass = sass_of(kernel, path)
     usage = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", path + ".cubin"],
                            capture_output=True, text=True).stdout
     if args.out:

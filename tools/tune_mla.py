@@ -20,9 +20,10 @@ sys.path.insert(0, ROOT)
 import reference as R  # noqa: E402
 import submission as S  # noqa: E402
 
-# (block_n, num_warps, trans): HMMA orientation with 8 or 4 warps, wgmma orientation with 4.
+# (block_n, num_warps, kernel): the Triton kernel's HMMA orientation with 8 or 4 warps, its wgmma
+# orientation with 4, and the Gluon kernel (fp8 only, in its one configuration).
 # Configurations that do not fit (shared memory) fail to compile and are skipped.
-KERNELS = [(64, 8, 0), (32, 4, 0), (64, 4, 1), (128, 8, 0), (64, 4, 0)]
+KERNELS = [(64, 8, 0), (32, 4, 0), (64, 4, 1), (128, 8, 0), (64, 4, 0), (S.GLUON_BN, S.GLUON_WARPS, S.KERNEL_GLUON)]
 STAGES = (2, 3)
 
 
@@ -31,21 +32,26 @@ def candidates(batch, kv, qlen):
     want = max(1, -(-2 * S.NUM_SMS // programs))
     splits = sorted({max(1, min(s, S.MAX_SPLITS, kv // 64)) for s in (want // 2, want, want * 2, 1)})
     for fmt in ("mxfp4", "fp8", "bf16"):
-        for bn, warps, trans in KERNELS:
+        for bn, warps, kernel in KERNELS:
+            if kernel == S.KERNEL_GLUON:
+                if fmt == "fp8":
+                    for sp in sorted(set(splits) | {max(1, 2 * S.NUM_SMS // programs)}):
+                        yield (fmt, bn, sp, warps, S.GLUON_STAGES, kernel)
+                continue
             for stages in STAGES:
                 for sp in splits:
-                    yield (fmt, bn, sp, warps, stages, trans)
+                    yield (fmt, bn, sp, warps, stages, kernel)
 
 
 def around_plan(batch, kv, qlen):
-    fmt, bn, splits, warps, stages, trans = S.plan_for(batch, kv, qlen)
+    """The plan's kernel and the rule's other kernels, at 1/2, 1, 2 and 4 times the plan's splits."""
+    plan = S.plan_for(batch, kv, qlen)
+    splits = plan[2]
     counts = sorted({max(1, min(int(splits * f), S.MAX_SPLITS, kv // 64)) for f in (0.5, 1, 2, 4)})
-    other = {"fp8": "bf16", "bf16": "fp8"}.get(fmt)  # an MXFP4 plan gets no counterpart
+    kernels = {(plan[0], *plan[1:2], *plan[3:])} | set(S.RULE_KERNEL.values())  # (fmt, bn, warps, stages, kernel)
     for sp in counts:
-        yield (fmt, bn, sp, warps, stages, trans)
-        if other:
-            obn, owarps, ostages, otrans = S.RULE_KERNEL[other]
-            yield (other, obn, sp, owarps, ostages, otrans)
+        for fmt, bn, warps, stages, kernel in sorted(kernels):
+            yield (fmt, bn, sp, warps, stages, kernel)
 
 
 def write_plans(table):
@@ -66,10 +72,10 @@ def main():
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--write", action="store_true", help="write the table into submission.py")
     ap.add_argument("--kernels", default=None,
-                    help="only these (block_n,warps,trans) kernels, e.g. '64,4,0 128,8,0'")
+                    help="only these (block_n,warps,kernel) kernels, e.g. '64,4,0 128,8,0 64,4,2'")
     ap.add_argument("--around-plans", action="store_true",
-                    help="only the current PLANS entry's kernel and the rule's kernel of the other of fp8/bf16, "
-                         "at 1/2, 1, 2 and 4 times the entry's splits (a quick re-tune after a kernel change)")
+                    help="only the current plan's kernel and the rule's kernels, at 1/2, 1, 2 and 4 times "
+                         "the plan's splits (a quick re-tune after a kernel change)")
     ap.add_argument("--shapes", default=None, help="only these shapes, e.g. '4x1024 4x8192'")
     args = ap.parse_args()
     if args.shapes:
@@ -103,7 +109,7 @@ def main():
     with open(args.log, "w") as f:
         f.write("\n".join(log) + "\n")
     table = ["PLANS = {",
-             "    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, trans),  # ms"]
+             "    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, kernel),  # ms"]
     table += [f"    {key}: {plan},  # {ms:.4f}" for key, (ms, plan) in best.items()]
     table.append("}")
     print("\n" + "\n".join(table))
