@@ -147,14 +147,15 @@ def host_breakdown():
 
 
 def ragged_checks():
-    """Ragged lengths (incl. 1), q_seq_len 2 and every format/orientation, through both the JIT
+    """Ragged lengths (incl. 1), q_seq_len 2 and every format/kernel, through both the JIT
     and the direct launch path; returns lines 'ok/FAIL ...'."""
     out = []
     for batch, qlen, kv in ((8, 1, 300), (5, 2, 777), (3, 4, 70)):
         data = R.generate_input(batch, qlen, kv, 5, ragged=1)
         q, kv_data, qo, kvp, cfg = data
         for plan in (("mxfp4", 64, 3, 8, 3, 0), ("mxfp4", 64, 1, 4, 2, 1), ("mxfp4", 32, 4, 4, 3, 1),
-                     ("fp8", 64, 2, 8, 3, 0), ("fp8", 64, 1, 4, 2, 1), ("bf16", 64, 3, 8, 3, 0), ("bf16", 64, 1, 4, 2, 1)):
+                     ("fp8", 64, 2, 8, 3, 0), ("fp8", 64, 1, 4, 2, 1), ("bf16", 64, 3, 8, 3, 0), ("bf16", 64, 1, 4, 2, 1),
+                     ("fp8", 64, 1, 4, 2, 2), ("fp8", 64, 5, 4, 2, 2)):
             route, o = S._make_route(q, kv_data, kvp, cfg, plan)  # JIT launch; route checked bitwise
             o2 = route(q, kv_data, kvp) if route else o
             torch.cuda.synchronize()
@@ -189,7 +190,7 @@ def main():
     dev = torch.cuda.get_device_name()
     hdr = (f"# MLA decode results\n\n{datetime.datetime.now().isoformat(timespec='seconds')}, {dev}, "
            f"torch {torch.__version__}, triton {triton.__version__}\n\n"
-           "| batch | kv | plan (fmt, BN, splits, warps, stages, trans) | rel L2 err | check | ms | GB/s | of 4.2 TB/s | ref ms |\n"
+           "| batch | kv | plan (fmt, BN, splits, warps, stages, kernel) | rel L2 err | check | ms | GB/s | of 4.2 TB/s | ref ms |\n"
            "|---|---|---|---|---|---|---|---|---|")
     lines.append(hdr)
     print(hdr)
