@@ -100,19 +100,26 @@ RULE_KERNEL = {"gluon": ("fp8", 64, 4, 2, KERNEL_GLUON), "bf16": ("bf16", 64, 4,
                "fp8": ("fp8", 128, 8, 3, KERNEL_HMMA)}
 
 
+_gluon_off = []  # set when the Gluon kernel failed to build or launch here: Triton plans from then on
+
+
+def _gluon_usable() -> bool:
+    return gluon is not None and not _gluon_off
+
+
 def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
-    """Plan from the table (unless it names the Gluon kernel and this Triton has no Gluon), else
+    """Plan from the table (unless it names the Gluon kernel and Gluon is missing or failed), else
     from the rule: for big problems (>= BIG_MIN_TOKENS rows) the Gluon fp8 kernel with about two
     programs per SM (it runs two per SM; more splits only add partials), or without Gluon the
     bf16 cache; below, fp8 with enough KV splits that ~2 programs run per SM. No split is shorter
     than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
     plan = PLANS.get((batch_size, kv_seq_len, q_seq_len))
-    if plan is not None and (plan[5] != KERNEL_GLUON or gluon is not None):
+    if plan is not None and (plan[5] != KERNEL_GLUON or _gluon_usable()):
         return plan
     programs = max(1, batch_size * q_seq_len)
     cap = max(1, kv_seq_len // MIN_TOKENS_PER_SPLIT)
     if batch_size * kv_seq_len >= BIG_MIN_TOKENS:
-        kind = "gluon" if gluon is not None else "bf16"
+        kind = "gluon" if _gluon_usable() else "bf16"
     else:
         kind = "fp8"
     want = (2 * NUM_SMS) // programs if kind == "gluon" else triton.cdiv(2 * NUM_SMS, programs)
@@ -1080,6 +1087,10 @@ def custom_kernel(data: input_t) -> output_t:
         return _launch(q, kv_data, kv_indptr, config, plan)  # validated: hook set, or no route
     except Exception as exc:  # the plan's kernels cannot run here (e.g. out of shared memory)
         reason = f"plan {plan} failed to launch ({type(exc).__name__}: {str(exc)[:200]})"
+        if plan[5] == KERNEL_GLUON:  # an experimental API that moves between Triton versions:
+            _gluon_off.append(reason)  # re-plan every shape on the Triton kernels instead
+            log.warning("MLA %s; the Gluon kernel is off, Triton plans from now on", reason)
+            return custom_kernel(data)
         if key is not None:
             _routes[key] = reason
         return _fall_back(data, reason)

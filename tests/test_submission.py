@@ -382,3 +382,30 @@ def test_gluon_kernel_compiles_for_sm90_to_tma_and_wgmma():
         sass = sass_offline.sass_of(k)
         ops = re.findall(r"\b(UTMALDG|QGMMA|HGMMA|HMMA)\b", sass)
         assert {"UTMALDG", "QGMMA", "HGMMA"} <= set(ops) and "HMMA" not in ops
+
+
+def test_a_gluon_kernel_that_fails_hands_over_to_the_triton_plans(monkeypatch, caplog):
+    """Gluon is experimental: if its kernel fails to build or launch, that call and every later one
+    runs the Triton plans (the rule without Gluon), logged once; the reference is not the fallback."""
+    data = reference.generate_input(2, 1, 37, seed=4)
+    tried = []
+
+    def make_route(q, kv_data, kv_indptr, config, plan):
+        tried.append(plan)
+        if plan[5] == S.KERNEL_GLUON:
+            raise RuntimeError("gluon API moved")
+        return False, "triton output"
+    monkeypatch.setattr(S, "PLANS", {(2, 37, 1): ("fp8", 64, 1, 4, 2, S.KERNEL_GLUON)})
+    monkeypatch.setattr(S, "gluon", S.gluon or object())
+    monkeypatch.setattr(S, "_gluon_off", [])
+    monkeypatch.setattr(S, "_routes", {})
+    monkeypatch.setattr(S, "_fast_path_problem", lambda *a: None)
+    monkeypatch.setattr(S, "_launch_hooked", lambda: False)
+    monkeypatch.setattr(S, "_make_route", make_route)
+    monkeypatch.setattr(S, "_launch", lambda *a: "triton output")
+    with caplog.at_level("WARNING", logger="mla_submission"):
+        assert S.custom_kernel(data) == "triton output"
+        assert S.custom_kernel(data) == "triton output"
+    assert [p[5] for p in tried] == [S.KERNEL_GLUON, S.KERNEL_HMMA]  # Gluon tried once, then Triton
+    assert S.plan_for(2, 37, 1)[5] != S.KERNEL_GLUON and S.plan_for(256, 8192, 1)[5] != S.KERNEL_GLUON
+    assert sum("Gluon kernel is off" in r.message for r in caplog.records) == 1
