@@ -525,11 +525,12 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
 #   * S^T[64, 32] = K . [q_hi; q_lo]^T: fp8 wgmma (QGMMA), both operands in shared memory. q (bf16)
 #     is split into two e4m3 parts scaled by 2^k (together ~8 significant bits, as bf16 has) and
 #     stacked on N, so K is read once;
-#   * O^T[512, 16] += V^T . P^T: fp16 wgmma (HGMMA), V^T as the register A operand. Each thread
-#     loads 8 consecutive bytes of a cache row per LDS and widens them to fp16 in registers; the
-#     operand's rows are a permutation of the V dims (_v_dim) chosen so that this load lands in
-#     the wgmma operand layout with no data exchange. No decoded copy of V goes through shared
-#     memory (that copy made the kernel shared-memory bound: 0.51 ms against 0.37 at 256 x 8192).
+#   * O^T[512, 16] += V^T . P^T: fp16 wgmma (HGMMA) in 4 chunks of 128 V dims, V^T as the register
+#     A operand. Each thread loads 4 consecutive bytes of a cache row per LDS and widens them to fp16
+#     in registers; the operand's rows are a permutation of the V dims (_v_dim) chosen so that this
+#     load lands in the wgmma operand layout with no data exchange. Chunk k + 1 is loaded while
+#     chunk k's wgmma runs. No decoded copy of V goes through shared memory (that copy made the
+#     kernel shared-memory bound: 0.51 ms against 0.35 at 256 x 8192).
 # One warpgroup per program, 2 ring stages, ~92 KB of shared memory: two programs per SM.
 # Partials and the combine are the Triton kernel's.
 # ----------------------------------------------------------------------------------------
@@ -550,23 +551,23 @@ if gluon is not None:
 
     @gluon.jit
     def _v_chunk(tiles, ld_l: gl.constexpr, a_l: gl.constexpr):
-        """4 V tiles [4, 64 rows, 64 dims] (fp8, shared memory) as the fp16 register A operand
-        V^T[256, 64] of a wgmma, operand row m holding dim _v_dim(m) of the 4 tiles. ld_l gives each
-        thread 8 consecutive dims of a row per load, and after the reshape/permute (a relabelling) it is
+        """2 V tiles [2, 64 rows, 64 dims] (fp8, shared memory) as the fp16 register A operand
+        V^T[128, 64] of a wgmma, operand row m holding dim _v_dim(m) of the 2 tiles. ld_l gives each
+        thread 4 consecutive dims of a row per load, and after the reshape/permute (a relabelling) it is
         the operand layout itself: the convert_layout moves no data."""
-        v = tiles.load(ld_l).to(gl.float16)      # [tile w, row, dim 8g + 2b + h]
-        v = gl.reshape(v, [4, 64, 8, 4, 2])
-        v = gl.permute(v, (3, 0, 4, 2, 1))       # [b, w, h, g, row]
-        return gl.convert_layout(gl.reshape(v, [256, 64]), a_l)
+        v = tiles.load(ld_l).to(gl.float16)      # [tile w1, row, dim 32 w0 + 4g + 2b + h]
+        v = gl.reshape(v, [2, 64, 2, 8, 2, 2])
+        v = gl.permute(v, (4, 0, 2, 5, 3, 1))    # [b, w1, w0, h, g, row]
+        return gl.convert_layout(gl.reshape(v, [128, 64]), a_l)
 
     @gluon.jit
     def _v_dim(m):
-        """The V dim (within a chunk of 4 tiles) of operand row m = 64b + 16w + 8h + g: 64w + 8g + 2b + h."""
-        return 64 * ((m >> 4) & 3) + 8 * (m & 7) + 2 * (m >> 6) + ((m >> 3) & 1)
+        """The V dim (within a chunk of 2 tiles) of operand row m = 64b + 16w + 8h + g: 32w + 4g + 2b + h."""
+        return 32 * ((m >> 4) & 3) + 4 * (m & 7) + 2 * (m >> 6) + ((m >> 3) & 1)
 
     @gluon.jit
     def _gluon_tile(kv_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot: gl.constexpr,
-                    start, end, n_tiles, qk, rows, m_i, l_i, o_a, o_b, s0, mma_o: gl.constexpr,
+                    start, end, n_tiles, qk, rows, m_i, l_i, o_0, o_1, o_2, o_3, s0, mma_o: gl.constexpr,
                     ld_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                     NT: gl.constexpr):
         """Tile j (BN cache rows from start + j * BN) in ring slot `slot`: scores, online softmax
@@ -594,13 +595,18 @@ if gluon is not None:
         _cta_barrier()
         p_b = p_smem.permute((1, 0))
         alpha = gl.expand_dims(alpha, 0)
-        o_a = warpgroup_mma(_v_chunk(kv3_smem.slice(first, 4), ld_l, a_l), p_b, o_a * alpha, is_async=True)
-        o_a = warpgroup_mma_wait(num_outstanding=0, deps=(o_a,))  # its A registers are free again
-        o_b = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 4, 4), ld_l, a_l), p_b, o_b * alpha, is_async=True)
+        # 4 chunks of 2 tiles; chunk k + 1 is loaded while chunk k's wgmma runs, and a chunk's A
+        # registers are free once the wgmma after it is issued and the one before has retired
+        o_0 = warpgroup_mma(_v_chunk(kv3_smem.slice(first, 2), ld_l, a_l), p_b, o_0 * alpha, is_async=True)
+        o_1 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 2, 2), ld_l, a_l), p_b, o_1 * alpha, is_async=True)
+        o_0 = warpgroup_mma_wait(num_outstanding=1, deps=(o_0,))
+        o_2 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 4, 2), ld_l, a_l), p_b, o_2 * alpha, is_async=True)
+        o_1 = warpgroup_mma_wait(num_outstanding=1, deps=(o_1,))
+        o_3 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 6, 2), ld_l, a_l), p_b, o_3 * alpha, is_async=True)
         _cta_barrier()  # every warp has read the slot
         _issue_kv(kv_desc, n + STAGES * BN, j + STAGES < n_tiles, kv_smem, first, rope, bars.index(slot), NT)
-        o_b = warpgroup_mma_wait(num_outstanding=0, deps=(o_b,))
-        return m_new, l_i, o_a, o_b
+        o_2, o_3 = warpgroup_mma_wait(num_outstanding=0, deps=(o_2, o_3))
+        return m_new, l_i, o_0, o_1, o_2, o_3
 
     @gluon.jit(do_not_specialize=["q_seq_len", "num_splits"])
     def _mla_fp8_wgmma_kernel(kv_desc, q_ptr, out_ptr, scale_ptr, kv_indptr_ptr, part_o_ptr, part_lse_ptr,
@@ -614,12 +620,12 @@ if gluon is not None:
         mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, 16, 16])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
-        # [4 tiles, BN rows, 64 dims]: registers = dims 0-2 (one 8-byte load) and rows 0, 3, 4, 5;
-        # lanes = rows 1-2 and dims 3-5; warps = tiles. See _v_chunk.
+        # [2 tiles, BN rows, 64 dims]: registers = dims 0-1 (one 4-byte load) and rows 0, 3, 4, 5;
+        # lanes = rows 1-2 and dims 2-4; warps = dim 5 and the tile. See _v_chunk.
         ld_l: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 0, 1], [0, 0, 2], [0, 0, 4], [0, 1, 0], [0, 8, 0], [0, 16, 0], [0, 32, 0]],
-            lane_bases=[[0, 2, 0], [0, 4, 0], [0, 0, 8], [0, 0, 16], [0, 0, 32]],
-            warp_bases=[[1, 0, 0], [2, 0, 0]], block_bases=[], shape=[4, BN, 64])
+            reg_bases=[[0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 8, 0], [0, 16, 0], [0, 32, 0]],
+            lane_bases=[[0, 2, 0], [0, 4, 0], [0, 0, 4], [0, 0, 8], [0, 0, 16]],
+            warp_bases=[[0, 0, 32], [1, 0, 0]], block_bases=[], shape=[2, BN, 64])
         q_l: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # [16, 64] q tiles
         q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([32, 64], gl.float8e4nv)
         p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([16, BN], gl.float16)
@@ -636,7 +642,7 @@ if gluon is not None:
         kv_scale = gl.load(scale_ptr)
 
         kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES * (NT - 1), BN, 64], kv_desc.layout)
-        # the same bytes under a rank-3 layout, so that one load reads 4 tiles
+        # the same bytes under a rank-3 layout, so that one load reads 2 tiles
         kv3_smem = kv_smem._reinterpret(gl.float8e4nv, [STAGES * (NT - 1), BN, 64],
                                         gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=8, rank=3))
         rope_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, 64], kv_desc.layout)
@@ -673,16 +679,18 @@ if gluon is not None:
         rows = gl.arange(0, BN, layout=gl.SliceLayout(1, mma_o))
         m_i = gl.full([16], float("-inf"), gl.float32, layout=gl.SliceLayout(0, mma_o))
         l_i = gl.zeros([16], gl.float32, layout=gl.SliceLayout(0, mma_o))
-        o_a = gl.zeros([256, 16], gl.float32, layout=mma_o)  # O^T for V dims 0-255, rows in _v_dim order
-        o_b = o_a                                            # and for dims 256-511
+        o_0 = gl.zeros([128, 16], gl.float32, layout=mma_o)  # O^T for V dims 0-127, rows in _v_dim order
+        o_1 = o_0                                            # and for dims 128-255, ...
+        o_2 = o_0
+        o_3 = o_0
         s0 = gl.zeros([BN, 32], gl.float32, layout=mma_s)
         for j0 in range(0, n_tiles, STAGES):
             for slot in gl.static_range(STAGES):  # unrolled by slot: the V chunks are constant slices
                 j = j0 + slot
                 if j < n_tiles:
-                    m_i, l_i, o_a, o_b = _gluon_tile(kv_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars,
-                                                     j, slot, start, end, n_tiles, qk, rows, m_i, l_i, o_a, o_b,
-                                                     s0, mma_o, ld_l, a_l, BN, STAGES, NT)
+                    m_i, l_i, o_0, o_1, o_2, o_3 = _gluon_tile(
+                        kv_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot, start, end, n_tiles,
+                        qk, rows, m_i, l_i, o_0, o_1, o_2, o_3, s0, mma_o, ld_l, a_l, BN, STAGES, NT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -695,9 +703,11 @@ if gluon is not None:
             gl.store(part_lse_ptr + (pid_q * num_splits + pid_s) * 16 + heads, lse)
         else:
             base = out_ptr + pid_q.to(gl.int64) * (16 * 512)
-        offs = gl.expand_dims(heads, 0) * 512 + gl.expand_dims(_v_dim(gl.arange(0, 256, layout=gl.SliceLayout(1, mma_o))), 1)
-        gl.store(base + offs, (o_a * inv).to(base.dtype.element_ty))
-        gl.store(base + 256 + offs, (o_b * inv).to(base.dtype.element_ty))
+        offs = gl.expand_dims(heads, 0) * 512 + gl.expand_dims(_v_dim(gl.arange(0, 128, layout=gl.SliceLayout(1, mma_o))), 1)
+        gl.store(base + offs, (o_0 * inv).to(base.dtype.element_ty))
+        gl.store(base + 128 + offs, (o_1 * inv).to(base.dtype.element_ty))
+        gl.store(base + 256 + offs, (o_2 * inv).to(base.dtype.element_ty))
+        gl.store(base + 384 + offs, (o_3 * inv).to(base.dtype.element_ty))
 
 
 # ----------------------------------------------------------------------------------------

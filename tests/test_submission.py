@@ -72,14 +72,16 @@ def test_without_gluon_the_big_shapes_read_bf16(monkeypatch):
 
 def test_gluon_operand_rows_cover_the_v_dims_once():
     """_v_dim(m), the V dim held in row m of the Gluon kernel's register operand, is a permutation of
-    0..255 and matches the reshape/permute _v_chunk applies to the [4 tiles, rows, 64 dims] load."""
+    0..127 and matches the reshape/permute _v_chunk applies to the [2 tiles, rows, 64 dims] load."""
+    if S.gluon is None:
+        pytest.skip("this Triton has no Gluon")
     import numpy as np
-    m = np.arange(256)
+    m = np.arange(128)
     dims = S._v_dim.fn(m)
-    assert sorted(dims.tolist()) == list(range(256))
-    # _v_chunk's relabelling, applied to each element's dim within the 4 tiles (tile * 64 + dim)
-    loaded = np.broadcast_to((np.arange(4)[:, None, None] * 64 + np.arange(64)[None, None, :]), (4, 64, 64))
-    operand = loaded.reshape(4, 64, 8, 4, 2).transpose(3, 0, 4, 2, 1).reshape(256, 64)
+    assert sorted(dims.tolist()) == list(range(128))
+    # _v_chunk's relabelling, applied to each element's dim within the 2 tiles (tile * 64 + dim)
+    loaded = np.broadcast_to((np.arange(2)[:, None, None] * 64 + np.arange(64)[None, None, :]), (2, 64, 64))
+    operand = loaded.reshape(2, 64, 2, 8, 2, 2).transpose(4, 0, 2, 5, 3, 1).reshape(128, 64)
     assert (operand == dims[:, None]).all()
 
 
@@ -377,7 +379,7 @@ def test_gluon_kernel_compiles_for_sm90_to_tma_and_wgmma():
         k = sass_offline.compile_gluon(split)
         ttgir = k.asm["ttgir"]
         assert k.metadata.shared <= 113 * 1024  # two programs per SM
-        assert re.search(r"warp_group_dot %\S+, %\S+, .*tensor<256x64xf16, #ttg.dot_op<\{opIdx = 0", ttgir)
+        assert re.search(r"warp_group_dot %\S+, %\S+, .*tensor<128x64xf16, #ttg.dot_op<\{opIdx = 0", ttgir)
         assert not re.search(r"local_(alloc|store) .*tensor<64x64xf16", ttgir)  # no fp16 copy of V
         sass = sass_offline.sass_of(k)
         ops = re.findall(r"\b(UTMALDG|QGMMA|HGMMA|HMMA)\b", sass)
