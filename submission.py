@@ -580,6 +580,7 @@ if gluon is not None:
         for i in gl.static_range(1, NT - 1):
             s = warpgroup_mma(kv_smem.index(first + i), q_smem.index(i).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma(rope, q_smem.index(NT - 1).permute((1, 0)), s, is_async=True)
+        v0 = _v_chunk(kv3_smem.slice(first, 2), ld_l, a_l)  # while the score wgmmas run
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         s_hi, s_lo = gl.split(gl.permute(gl.reshape(s, [BN, 2, 16]), (0, 2, 1)))  # columns h and 16 + h
         n = start + j * BN
@@ -597,7 +598,7 @@ if gluon is not None:
         alpha = gl.expand_dims(alpha, 0)
         # 4 chunks of 2 tiles; chunk k + 1 is loaded while chunk k's wgmma runs, and a chunk's A
         # registers are free once the wgmma after it is issued and the one before has retired
-        o_0 = warpgroup_mma(_v_chunk(kv3_smem.slice(first, 2), ld_l, a_l), p_b, o_0 * alpha, is_async=True)
+        o_0 = warpgroup_mma(v0, p_b, o_0 * alpha, is_async=True)
         o_1 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 2, 2), ld_l, a_l), p_b, o_1 * alpha, is_async=True)
         o_0 = warpgroup_mma_wait(num_outstanding=1, deps=(o_0,))
         o_2 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 4, 2), ld_l, a_l), p_b, o_2 * alpha, is_async=True)
