@@ -1,36 +1,34 @@
-"""Interleaved A/B of GPU time: the root submission at a git revision against the working tree's, on
+"""Interleaved A/B of GPU time: another version of the root submission against the working tree's, on
 the benchmark shapes (or some of them), each through the route custom_kernel would build. Prints each
 side's rel L2 against exact attention over the fp8 cache, then median GPU times (queued_gpu_us: L2
 flushed, the whole call queued before the GPU reaches it, so no host time).
 
-    python tools/revision_ab.py [--base HEAD] [--shapes "32x8192 256x8192"] [--reps 7]
+    git show HEAD:submission.py > tools/base_submission.py    # git-ignored: carry it to the device
+    python tools/revision_ab.py --base tools/base_submission.py [--shapes "32x8192 256x8192"] [--reps 7]
+
+(The base is a file, not a git revision: the device machine's copy of the repository has the working
+tree but not this clone's history.)
 """
 import argparse
 import importlib.util
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from problem_loader import ROOT, load, print_case_table, queued_gpu_us  # noqa: E402
+from problem_loader import load, print_case_table, queued_gpu_us  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--base", default="HEAD", help="git revision of the submission to compare against")
+    ap.add_argument("--base", required=True, help="the submission.py to compare against (a file)")
     ap.add_argument("--shapes", default=None, help="only these benchmark shapes, e.g. '32x8192 256x8192'")
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args()
     p = load(".")
     import torch
     R, new = p.reference, p.submission
-    source = subprocess.run(["git", "show", f"{args.base}:submission.py"], cwd=ROOT, capture_output=True,
-                            text=True, check=True).stdout
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location("base_submission", f.name)
+    spec = importlib.util.spec_from_file_location("base_submission", args.base)
     base = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(base)
     wanted = {tuple(int(x) for x in s.split("x")) for s in args.shapes.split()} if args.shapes else None
@@ -57,7 +55,7 @@ def main():
                 times[name].append(queued_gpu_us(calls[name], flush))
         rows.append((case.spec, statistics.median(times["base"]), statistics.median(times["new"])))
     print()
-    print_case_table([f"{args.base} us", "tree us"], rows)
+    print_case_table(["base us", "tree us"], rows)
 
 
 if __name__ == "__main__":
