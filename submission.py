@@ -363,6 +363,19 @@ def _st_o(dst, o, base: tl.constexpr, half: tl.constexpr, FMT: tl.constexpr, TRA
              o.to(dst.dtype.element_ty))
 
 
+@triton.jit
+def _split_bounds(kv_indptr_ptr, pid_q, pid_s, q_seq_len, num_splits, BN: tl.constexpr):
+    """Cache rows [start, end) of query row pid_q's KV split pid_s: its sequence's rows cut into
+    num_splits whole tiles of BN (the last splits may be short or empty). Scalar code, so the
+    Gluon kernel calls it too."""
+    seq = pid_q // q_seq_len
+    kv_lo = tl.load(kv_indptr_ptr + seq)
+    kv_hi = tl.load(kv_indptr_ptr + seq + 1)
+    per_split = tl.cdiv(tl.cdiv(kv_hi - kv_lo, num_splits), BN) * BN
+    start = kv_lo + pid_s * per_split
+    return start, tl.minimum(start + per_split, kv_hi)
+
+
 @triton.jit(do_not_specialize=["q_seq_len", "num_splits"])
 def _mla_split_kernel(
     q_ptr, out_ptr, kv_desc, rope_desc, scale_ptr, kv_indptr_ptr, part_o_ptr, part_lse_ptr,
@@ -372,12 +385,7 @@ def _mla_split_kernel(
 ):
     pid_q = tl.program_id(0)
     pid_s = tl.program_id(1)
-    seq = pid_q // q_seq_len
-    kv_lo = tl.load(kv_indptr_ptr + seq)
-    kv_hi = tl.load(kv_indptr_ptr + seq + 1)
-    per_split = tl.cdiv(tl.cdiv(kv_hi - kv_lo, num_splits), BN) * BN
-    start = kv_lo + pid_s * per_split
-    end = tl.minimum(start + per_split, kv_hi)
+    start, end = _split_bounds(kv_indptr_ptr, pid_q, pid_s, q_seq_len, num_splits, BN)
     out_scale = 1.0
     if FMT == 1:  # fp8: fold the per-tensor scale into the softmax scale and the output
         out_scale = tl.load(scale_ptr)
@@ -633,12 +641,7 @@ if gluon is not None:
 
         pid_q = gl.program_id(0)
         pid_s = gl.program_id(1)
-        seq = pid_q // q_seq_len
-        kv_lo = gl.load(kv_indptr_ptr + seq)
-        kv_hi = gl.load(kv_indptr_ptr + seq + 1)
-        per_split = gl.cdiv(gl.cdiv(kv_hi - kv_lo, num_splits), BN) * BN
-        start = kv_lo + pid_s * per_split
-        end = gl.minimum(start + per_split, kv_hi)
+        start, end = _split_bounds(kv_indptr_ptr, pid_q, pid_s, q_seq_len, num_splits, BN)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
         kv_scale = gl.load(scale_ptr)
 

@@ -48,7 +48,7 @@ def around_plan(batch, kv, qlen):
     plan = S.plan_for(batch, kv, qlen)
     splits = plan[2]
     counts = sorted({max(1, min(int(splits * f), S.MAX_SPLITS, kv // 64)) for f in (0.5, 1, 2, 4)})
-    kernels = {(plan[0], *plan[1:2], *plan[3:])} | set(S.RULE_KERNEL.values())  # (fmt, bn, warps, stages, kernel)
+    kernels = {(plan[0], plan[1], *plan[3:])} | set(S.RULE_KERNEL.values())  # (fmt, bn, warps, stages, kernel)
     for sp in counts:
         for fmt, bn, warps, stages, kernel in sorted(kernels):
             yield (fmt, bn, sp, warps, stages, kernel)
