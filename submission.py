@@ -74,17 +74,17 @@ FMT_BYTES_PER_TOKEN = {"mxfp4": MXFP4_ROW_BYTES + MXFP4_SCALES, "fp8": QK_DIM, "
 KERNEL_HMMA, KERNEL_WGMMA, KERNEL_GLUON = 0, 1, 2
 
 # Written by `python tools/tune_mla.py` on an H200 (last: --around-plans, tools/device_logs/
-# mla_tune_around_7.md, and mla_tune_around_7b.md for the Gluon shapes; timings in tools/NOTES_mla.md).
+# mla_tune_around_8.md; timings in tools/NOTES_mla.md).
 PLANS = {
     # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, kernel),  # ms
     (4, 1024, 1): ('bf16', 64, 16, 4, 2, 0),  # 0.0147
-    (4, 8192, 1): ('fp8', 128, 33, 8, 3, 0),  # 0.0280
-    (32, 1024, 1): ('fp8', 128, 4, 8, 3, 0),  # 0.0253
-    (32, 8192, 1): ('fp8', 64, 8, 4, 2, 2),  # 0.0755
-    (64, 1024, 1): ('fp8', 128, 2, 8, 3, 0),  # 0.0354
-    (64, 8192, 1): ('fp8', 64, 4, 4, 2, 2),  # 0.1163
-    (256, 1024, 1): ('fp8', 64, 1, 4, 2, 2),  # 0.0672
-    (256, 8192, 1): ('fp8', 64, 1, 4, 2, 2),  # 0.3395
+    (4, 8192, 1): ('fp8', 64, 33, 4, 2, 2),  # 0.0268
+    (32, 1024, 1): ('fp8', 64, 4, 4, 2, 2),  # 0.0245
+    (32, 8192, 1): ('fp8', 64, 8, 4, 2, 2),  # 0.0667
+    (64, 1024, 1): ('fp8', 64, 2, 4, 2, 2),  # 0.0319
+    (64, 8192, 1): ('fp8', 64, 4, 4, 2, 2),  # 0.1035
+    (256, 1024, 1): ('fp8', 64, 1, 4, 2, 2),  # 0.0588
+    (256, 8192, 1): ('fp8', 64, 1, 4, 2, 2),  # 0.3148
 }
 
 NUM_SMS = 132               # H200; the rule below only needs a rough count
@@ -92,10 +92,12 @@ MIN_TOKENS_PER_SPLIT = 128  # below this a split's fixed cost (Q load, partial s
 MAX_SPLITS = 64
 
 
-BIG_MIN_TOKENS = 1 << 18    # from this many cache rows (batch * kv_seq_len) on, the "big" kernel
-# (block_n, warps, stages, kernel) the rule uses: the tuned table's winners. "big" is the Gluon fp8
-# kernel where this Triton has Gluon, else the bf16 cache (which the Triton kernel streams at full
-# bandwidth); "small" reads fp8.
+GLUON_MIN_TOKENS = 1 << 15  # from this many cache rows (batch * kv_seq_len) on, the Gluon fp8 kernel
+BIG_MIN_TOKENS = 1 << 18    # without Gluon: from this many on the bf16 cache, which the Triton kernel
+# streams at full bandwidth; below, the Triton kernel on fp8
+GLUON_TWO_PER_SM_ROWS = 1024  # the Gluon kernel runs two programs per SM where each split still gets
+# this many rows; on shorter splits a program's fixed cost (~13 us) outweighs the second one: one per SM
+# (fmt, block_n, warps, stages, kernel) the rule uses: the tuned table's winners.
 RULE_KERNEL = {"gluon": ("fp8", 64, 4, 2, KERNEL_GLUON), "bf16": ("bf16", 64, 4, 3, KERNEL_HMMA),
                "fp8": ("fp8", 128, 8, 3, KERNEL_HMMA)}
 
@@ -109,20 +111,25 @@ def _gluon_usable() -> bool:
 
 def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
     """Plan from the table (unless it names the Gluon kernel and Gluon is missing or failed), else
-    from the rule: for big problems (>= BIG_MIN_TOKENS rows) the Gluon fp8 kernel with about two
-    programs per SM (it runs two per SM; more splits only add partials), or without Gluon the
-    bf16 cache; below, fp8 with enough KV splits that ~2 programs run per SM. No split is shorter
-    than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
+    from the rule: from GLUON_MIN_TOKENS rows on, the Gluon fp8 kernel with two programs per SM, or
+    one where two would make splits shorter than GLUON_TWO_PER_SM_ROWS (it runs at most two per SM,
+    and more splits only add partials); without Gluon, the bf16 cache from BIG_MIN_TOKENS rows on;
+    else fp8 with enough KV splits that ~2 programs run per SM. No split is shorter than
+    MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
     plan = PLANS.get((batch_size, kv_seq_len, q_seq_len))
     if plan is not None and (plan[5] != KERNEL_GLUON or _gluon_usable()):
         return plan
     programs = max(1, batch_size * q_seq_len)
     cap = max(1, kv_seq_len // MIN_TOKENS_PER_SPLIT)
-    if batch_size * kv_seq_len >= BIG_MIN_TOKENS:
-        kind = "gluon" if _gluon_usable() else "bf16"
+    rows = batch_size * kv_seq_len
+    if rows >= GLUON_MIN_TOKENS and _gluon_usable():
+        kind = "gluon"
+        want = (2 * NUM_SMS) // programs
+        if want > 1 and kv_seq_len // want < GLUON_TWO_PER_SM_ROWS:
+            want = NUM_SMS // programs
     else:
-        kind = "fp8"
-    want = (2 * NUM_SMS) // programs if kind == "gluon" else triton.cdiv(2 * NUM_SMS, programs)
+        kind = "bf16" if rows >= BIG_MIN_TOKENS else "fp8"
+        want = triton.cdiv(2 * NUM_SMS, programs)
     splits = max(1, min(want, cap, MAX_SPLITS))
     fmt, block_n, warps, stages, kernel = RULE_KERNEL[kind]
     return (fmt, block_n, splits, warps, stages, kernel)
@@ -543,19 +550,39 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
 # Partials and the combine are the Triton kernel's.
 # ----------------------------------------------------------------------------------------
 GLUON_BN, GLUON_WARPS, GLUON_STAGES = 64, 4, 2  # the layouts below are written for these
+NOPE_TILES = 8  # the 512 nope (= V) columns as 64-column tiles
+
+
+def _gluon_descriptor_views(tokens, row):
+    """(shape, strides) of the Gluon kernel's two views of the (tokens, row) cache, in its parameter
+    order: the nope columns as (8 tiles, tokens, 64), tile-major like the shared-memory ring (TMA's
+    strides need not grow outwards), and the whole (tokens, row) matrix for the rope tile."""
+    return ([NOPE_TILES, tokens, 64], [64, row, 1]), ([tokens, row], [row, 1])
+
 
 if gluon is not None:
     # Gluon is experimental and renames things: Triton 3.6 calls the CTA barrier thread_barrier.
     _cta_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+    # [8, BN, 64] fp8 boxes, each [BN, 64] tile swizzled as the rank-2 score operands are
+    _NOPE_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=8, rank=3)
 
     @gluon.jit
-    def _issue_kv(kv_desc, row, pred, kv_smem, first: gl.constexpr, rope_dst, bar, NT: gl.constexpr):
-        """TMA of BN cache rows from `row` (if pred): the 8 nope (= V) column tiles into
-        kv_smem[first:first + 8], the rope tile into rope_dst, all on mbarrier bar."""
-        mbarrier.expect(bar, NT * kv_desc.block_type.nbytes, pred=pred)
-        for i in gl.static_range(NT - 1):
-            gtma.async_copy_global_to_shared(kv_desc, [row, 64 * i], bar, kv_smem.index(first + i), pred=pred)
-        gtma.async_copy_global_to_shared(kv_desc, [row, 64 * (NT - 1)], bar, rope_dst, pred=pred)
+    def _issue_kv(nope_desc, rope_desc, row, pred, kv3_smem, first: gl.constexpr, rope_dst, bar):
+        """TMA of BN cache rows from `row` (if pred): the 8 nope (= V) column tiles, one box, into
+        kv3_smem[first:first + 8], the rope tile into rope_dst, both on mbarrier bar. (Each TMA op on an
+        mbarrier costs a CTA barrier, which Triton's membar pass puts between them: 2 here, not 9.)"""
+        mbarrier.expect(bar, nope_desc.block_type.nbytes + rope_desc.block_type.nbytes, pred=pred)
+        gtma.async_copy_global_to_shared(nope_desc, [0, row, 0], bar, kv3_smem.slice(first, 8), pred=pred)
+        gtma.async_copy_global_to_shared(rope_desc, [row, 512], bar, rope_dst, pred=pred)
+
+    @gluon.jit
+    def _store_q_split(dst, x, q_mult):
+        """x * q_mult (a [16, 64] q tile, bf16, times 2^k) as e4m3 q_hi into dst rows 0-15 and the
+        remainder q_lo into rows 16-31."""
+        x = x.to(gl.float32) * q_mult
+        hi = x.to(gl.float8e4nv)
+        dst.slice(0, 16, dim=0).store(hi)
+        dst.slice(16, 16, dim=0).store((x - hi.to(gl.float32)).to(gl.float8e4nv))
 
     @gluon.jit
     def _v_chunk(tiles, ld_l: gl.constexpr, a_l: gl.constexpr):
@@ -574,7 +601,7 @@ if gluon is not None:
         return 32 * ((m >> 4) & 3) + 4 * (m & 7) + 2 * (m >> 6) + ((m >> 3) & 1)
 
     @gluon.jit
-    def _gluon_tile(kv_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot: gl.constexpr,
+    def _gluon_tile(nope_desc, rope_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot: gl.constexpr,
                     start, end, n_tiles, qk, rows, m_i, l_i, o_0, o_1, o_2, o_3, s0, mma_o: gl.constexpr,
                     ld_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                     NT: gl.constexpr):
@@ -613,16 +640,17 @@ if gluon is not None:
         o_1 = warpgroup_mma_wait(num_outstanding=1, deps=(o_1,))
         o_3 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 6, 2), ld_l, a_l), p_b, o_3 * alpha, is_async=True)
         _cta_barrier()  # every warp has read the slot
-        _issue_kv(kv_desc, n + STAGES * BN, j + STAGES < n_tiles, kv_smem, first, rope, bars.index(slot), NT)
+        _issue_kv(nope_desc, rope_desc, n + STAGES * BN, j + STAGES < n_tiles, kv3_smem, first, rope, bars.index(slot))
         o_2, o_3 = warpgroup_mma_wait(num_outstanding=0, deps=(o_2, o_3))
         return m_new, l_i, o_0, o_1, o_2, o_3
 
     @gluon.jit(do_not_specialize=["q_seq_len", "num_splits"])
-    def _mla_fp8_wgmma_kernel(kv_desc, q_ptr, out_ptr, scale_ptr, kv_indptr_ptr, part_o_ptr, part_lse_ptr,
-                              qk_scale, q_seq_len, num_splits,
+    def _mla_fp8_wgmma_kernel(nope_desc, rope_desc, q_ptr, out_ptr, scale_ptr, kv_indptr_ptr, part_o_ptr,
+                              part_lse_ptr, qk_scale, q_seq_len, num_splits,
                               BN: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr):
-        # Grid, splits, partials and outputs as _mla_split_kernel's. kv_desc: the fp8 cache as
-        # (tokens, 576) with box [BN, 64].
+        # Grid, splits, partials and outputs as _mla_split_kernel's. The fp8 cache through two views
+        # (_gluon_descriptor_views): nope_desc, its 512 nope columns as (8 tiles, tokens, 64) with box
+        # [8, BN, 64]; rope_desc, (tokens, 576) with box [BN, 64], read at column 512.
         NT: gl.constexpr = 9  # 64-column tiles of a cache row: 8 nope (= V) + 1 rope
         mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, 32, 32])
@@ -645,37 +673,53 @@ if gluon is not None:
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
         kv_scale = gl.load(scale_ptr)
 
-        kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES * (NT - 1), BN, 64], kv_desc.layout)
-        # the same bytes under a rank-3 layout, so that one load reads 2 tiles
-        kv3_smem = kv_smem._reinterpret(gl.float8e4nv, [STAGES * (NT - 1), BN, 64],
-                                        gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=8, rank=3))
-        rope_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, 64], kv_desc.layout)
+        kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES * (NT - 1), BN, 64], rope_desc.layout)
+        # the same bytes under nope_desc's rank-3 layout (the same swizzle), so that one TMA box
+        # writes, and one load reads, several tiles
+        kv3_smem = kv_smem._reinterpret(gl.float8e4nv, [STAGES * (NT - 1), BN, 64], nope_desc.layout)
+        rope_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, 64], rope_desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(bars.index(i), count=1)
         for i in gl.static_range(STAGES):
-            _issue_kv(kv_desc, start + i * BN, i < n_tiles, kv_smem, i * (NT - 1), rope_smem.index(i),
-                      bars.index(i), NT)
+            _issue_kv(nope_desc, rope_desc, start + i * BN, i < n_tiles, kv3_smem, i * (NT - 1),
+                      rope_smem.index(i), bars.index(i))
 
-        # q as q_hi + q_lo (e4m3) times 2^k, max|q| * 2^k in [2^7, 2^8) (no saturation; exact 2^-k
-        # back in qk). Rows 0-15 of each q tile hold q_hi, rows 16-31 q_lo.
+        # q: all nine [16, 64] tiles loaded at once, one HBM round trip under the first TMA loads (a
+        # reduction between the loads serialised nine round trips: ~7 us more per program). Placed after
+        # the TMA issue: loaded before it, ptxas spilled more in the tile loop of the split variant.
         hq = gl.arange(0, 16, layout=gl.SliceLayout(1, q_l))
         cq = gl.arange(0, 64, layout=gl.SliceLayout(0, q_l))
-        q_offs = gl.expand_dims(hq, 1) * 576 + gl.expand_dims(cq, 0)
-        q_row = q_ptr + pid_q.to(gl.int64) * (16 * 576)
-        amax = gl.max(gl.max(gl.abs(gl.load(q_row + q_offs).to(gl.float32)), 1), 0)
-        for i in gl.static_range(1, NT):
-            amax = gl.maximum(amax, gl.max(gl.max(gl.abs(gl.load(q_row + 64 * i + q_offs).to(gl.float32)), 1), 0))
+        q_tile = q_ptr + pid_q.to(gl.int64) * (16 * 576) + gl.expand_dims(hq, 1) * 576 + gl.expand_dims(cq, 0)
+        q0 = gl.load(q_tile)
+        q1 = gl.load(q_tile + 64)
+        q2 = gl.load(q_tile + 128)
+        q3 = gl.load(q_tile + 192)
+        q4 = gl.load(q_tile + 256)
+        q5 = gl.load(q_tile + 320)
+        q6 = gl.load(q_tile + 384)
+        q7 = gl.load(q_tile + 448)
+        q8 = gl.load(q_tile + 512)  # rope
+        # q as q_hi + q_lo (e4m3) times 2^k, max|q| * 2^k in [2^7, 2^8) (no saturation; exact 2^-k
+        # back in qk). Rows 0-15 of each q tile hold q_hi, rows 16-31 q_lo. The elementwise max of the
+        # tiles first, so that one cross-warp reduction remains.
+        amax = gl.maximum(gl.maximum(gl.maximum(gl.abs(q0), gl.abs(q1)), gl.maximum(gl.abs(q2), gl.abs(q3))),
+                          gl.maximum(gl.maximum(gl.abs(q4), gl.abs(q5)), gl.maximum(gl.abs(q6), gl.abs(q7))))
+        amax = gl.max(gl.max(gl.maximum(amax, gl.abs(q8)).to(gl.float32), 1), 0)
         biased_exp = (amax.to(gl.int32, bitcast=True) >> 23) & 255  # 0 for 0 / subnormal
         k = gl.minimum(gl.maximum(134 - biased_exp, -126), 126)
         q_mult = ((k + 127) << 23).to(gl.float32, bitcast=True)
         qk = qk_scale * kv_scale * ((127 - k) << 23).to(gl.float32, bitcast=True)
         q_smem = gl.allocate_shared_memory(gl.float8e4nv, [NT, 32, 64], q_sl)
-        for i in gl.static_range(NT):
-            x = gl.load(q_row + 64 * i + q_offs).to(gl.float32) * q_mult
-            hi = x.to(gl.float8e4nv)
-            q_smem.index(i).slice(0, 16, dim=0).store(hi)
-            q_smem.index(i).slice(16, 16, dim=0).store((x - hi.to(gl.float32)).to(gl.float8e4nv))
+        _store_q_split(q_smem.index(0), q0, q_mult)
+        _store_q_split(q_smem.index(1), q1, q_mult)
+        _store_q_split(q_smem.index(2), q2, q_mult)
+        _store_q_split(q_smem.index(3), q3, q_mult)
+        _store_q_split(q_smem.index(4), q4, q_mult)
+        _store_q_split(q_smem.index(5), q5, q_mult)
+        _store_q_split(q_smem.index(6), q6, q_mult)
+        _store_q_split(q_smem.index(7), q7, q_mult)
+        _store_q_split(q_smem.index(8), q8, q_mult)
         p_smem = gl.allocate_shared_memory(gl.float16, [16, BN], p_sl)
         fence_async_shared()
         _cta_barrier()
@@ -693,7 +737,7 @@ if gluon is not None:
                 j = j0 + slot
                 if j < n_tiles:
                     m_i, l_i, o_0, o_1, o_2, o_3 = _gluon_tile(
-                        kv_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot, start, end, n_tiles,
+                        nope_desc, rope_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot, start, end, n_tiles,
                         qk, rows, m_i, l_i, o_0, o_1, o_2, o_3, s0, mma_o, ld_l, a_l, BN, STAGES, NT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
@@ -872,10 +916,12 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
         if (fmt, block_n, warps, stages) != ("fp8", GLUON_BN, GLUON_WARPS, GLUON_STAGES):
             raise ValueError(f"plan {plan}: the Gluon kernel reads fp8 with block_n {GLUON_BN}, "
                              f"{GLUON_WARPS} warps and {GLUON_STAGES} stages")
-        layout = gl.NVMMASharedLayout.get_default_for([block_n, 64], gl.float8e4nv)
-        kv_desc = GluonTensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 64], layout)
+        (nope_view, rope_view) = _gluon_descriptor_views(total_kv, row)
+        nope_desc = GluonTensorDescriptor(base, *nope_view, [NOPE_TILES, block_n, 64], _NOPE_LAYOUT)
+        rope_desc = GluonTensorDescriptor(base, *rope_view, [block_n, 64],
+                                          gl.NVMMASharedLayout.get_default_for([block_n, 64], gl.float8e4nv))
         split_ck = _mla_fp8_wgmma_kernel[(total_q, splits, 1)](
-            kv_desc, q, out, scales, kv_indptr, part_o, part_lse,
+            nope_desc, rope_desc, q, out, scales, kv_indptr, part_o, part_lse,
             _qk_scale(config), config["q_seq_len"], splits, **split_consts, num_warps=warps)
         name = "_mla_fp8_wgmma_kernel"
     else:
@@ -974,7 +1020,7 @@ class _Route:
         self.stream_of = triton.runtime.driver.active.get_current_stream
         self.fill_tma = triton.runtime.driver.active.utils.fill_tma_descriptor
         self.split = _DirectLaunch(split_ck)
-        if len(self.split.tma) != (1 if self.gluon else 2):  # Gluon: one box for nope and rope
+        if len(self.split.tma) != 2:
             raise RuntimeError("the split kernel's descriptors were not lowered to TMA")
         self.row = base.shape[-1]
         self.qk_scale, self.q_seq_len = _qk_scale(config), config["q_seq_len"]
@@ -990,39 +1036,40 @@ class _Route:
         self.outputs = _OutputsAhead((self.total_q, NUM_HEADS, V_DIM), ahead=_allocate_output_ahead(config, fmt))
 
     def _descriptors(self, ptr, tokens):
-        """The split kernel's descriptors of a cache at ptr with this many tokens. Encoding is a
-        pure function of those two (the box, swizzle and row width are the route's), so a repeated
-        cache reuses it: a memo of an address and a shape, never of data. Bounded, since fresh
-        inputs (leaderboard mode) bring a new address nearly every call."""
+        """The split kernel's two descriptor arguments for a cache at ptr with this many tokens, as the
+        C launcher takes them: (CUtensorMap, shape..., strides...) each. Encoding is a pure function of
+        those two (the box, swizzle and row width are the route's), so a repeated cache reuses it: a
+        memo of an address and a shape, never of data. Bounded, since fresh inputs (leaderboard mode)
+        bring a new address nearly every call."""
         key = (ptr, tokens)
-        descs = self.descriptors.get(key)
-        if descs is None:
+        args = self.descriptors.get(key)
+        if args is None:
             if len(self.descriptors) >= 16:
                 self.descriptors.clear()
             # The token count is not in the signature (ragged batches change it): it shapes the
             # descriptors here.
-            shape, strides = [tokens, self.row], [self.row, 1]
-            descs = self.descriptors[key] = tuple(self.fill_tma(ptr, *tma, shape, strides, 0)
-                                                  for tma in self.split.tma)
-        return descs
+            whole = ([tokens, self.row], [self.row, 1])
+            views = _gluon_descriptor_views(tokens, self.row) if self.gluon else (whole, whole)
+            args = self.descriptors[key] = tuple(
+                x for tma, (shape, strides) in zip(self.split.tma, views)
+                for x in (self.fill_tma(ptr, *tma, shape, strides, 0), *shape, *strides))
+        return args
 
     def __call__(self, q, kv_data, kv_indptr):
         base, scales = _cache_and_scales(kv_data, self.fmt)
         stream = self.stream_of(self.device.index)
         out = self.outputs.take(q, stream)  # bf16 on q's device (the signature pins both)
-        out_ptr, row, tokens = out.data_ptr(), self.row, base.shape[0]
+        out_ptr, tokens = out.data_ptr(), base.shape[0]
         descs = self._descriptors(base.data_ptr(), tokens)
-        dims = (tokens, row, row, 1)
         split, part_o, part_lse = self.split, *self.part_ptrs
         if self.gluon:  # _mla_fp8_wgmma_kernel's parameter order
             split.launch(self.total_q, self.splits, 1, stream, *split.head,
-                         descs[0], *dims, q.data_ptr(), out_ptr, scales.data_ptr(), kv_indptr.data_ptr(),
+                         *descs, q.data_ptr(), out_ptr, scales.data_ptr(), kv_indptr.data_ptr(),
                          part_o, part_lse, self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
         else:
             split.launch(self.total_q, self.splits, 1, stream, *split.head,
-                         q.data_ptr(), out_ptr, descs[0], *dims, descs[1], *dims,
-                         scales.data_ptr(), kv_indptr.data_ptr(), part_o, part_lse,
-                         self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
+                         q.data_ptr(), out_ptr, *descs, scales.data_ptr(), kv_indptr.data_ptr(),
+                         part_o, part_lse, self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
         combine = self.combine
         if combine is not None:
             combine.launch(self.total_q, self.combine_programs, 1, stream, *combine.head,

@@ -37,25 +37,44 @@ def test_benchmark_shapes_are_all_planned():
             assert (b, kv, 1) in S.PLANS
 
 
-def _check_rule(batch, kv, q, big_kind):
+def _check_rule(batch, kv, q, gluon):
     fmt, bn, splits, warps, stages, kernel = S.plan_for(batch, kv, q)
-    kind = big_kind if batch * kv >= S.BIG_MIN_TOKENS else "fp8"
+    if gluon and batch * kv >= S.GLUON_MIN_TOKENS:
+        kind = "gluon"
+    else:
+        kind = "bf16" if batch * kv >= S.BIG_MIN_TOKENS else "fp8"
     assert (fmt, bn, warps, stages, kernel) == S.RULE_KERNEL[kind]
     assert 1 <= splits <= S.MAX_SPLITS
     assert splits <= max(1, kv // S.MIN_TOKENS_PER_SPLIT)  # no split shorter than the minimum
     if splits > 1:  # splits only while the grid is not yet ~2 programs per SM
         assert batch * q * (splits - 1) < 2 * S.NUM_SMS
-        if kind == "gluon":  # which runs two programs per SM: no more than that
-            assert batch * q * splits <= 2 * S.NUM_SMS
+        if kind == "gluon":  # which runs at most two programs per SM, one where splits would be short
+            per_sm = 2 if kv // splits >= S.GLUON_TWO_PER_SM_ROWS else 1
+            assert batch * q * splits <= per_sm * S.NUM_SMS
 
 
-RULE_SHAPES = [(1, 16, 1), (8, 4096, 1), (128, 4096, 1), (2, 100, 2), (1000, 64, 1), (3, 1 << 20, 1)]
+RULE_SHAPES = [(1, 16, 1), (8, 4096, 1), (128, 4096, 1), (2, 100, 2), (1000, 64, 1), (3, 1 << 20, 1),
+               (16, 2048, 1), (100, 512, 1)]
 
 
 @pytest.mark.parametrize("batch,kv,q", RULE_SHAPES)
 def test_rule_for_unplanned_shapes(batch, kv, q):
     assert (batch, kv, q) not in S.PLANS
-    _check_rule(batch, kv, q, "gluon" if S.gluon is not None else "bf16")
+    _check_rule(batch, kv, q, S.gluon is not None)
+
+
+def test_rule_gives_the_gluon_kernel_the_tuned_split_counts():
+    """The rule, applied to the tuned shapes, picks the tuned table's Gluon split counts (one program
+    per SM on short splits, two on long ones)."""
+    if S.gluon is None:
+        pytest.skip("this Triton has no Gluon")
+    for key, plan in list(S.PLANS.items()):
+        if plan[5] == S.KERNEL_GLUON:
+            saved = S.PLANS.pop(key)
+            try:
+                assert S.plan_for(*key) == plan, key
+            finally:
+                S.PLANS[key] = saved
 
 
 def test_without_gluon_the_big_shapes_read_bf16(monkeypatch):
@@ -63,11 +82,11 @@ def test_without_gluon_the_big_shapes_read_bf16(monkeypatch):
     become the Triton kernel on the bf16 cache; nothing routes to a kernel that cannot be built."""
     monkeypatch.setattr(S, "gluon", None)
     for batch, kv, q in RULE_SHAPES:
-        _check_rule(batch, kv, q, "bf16")
+        _check_rule(batch, kv, q, False)
     for key, plan in S.PLANS.items():
         if plan[5] == S.KERNEL_GLUON:
             assert S.plan_for(*key)[5] != S.KERNEL_GLUON
-            _check_rule(*key, "bf16")
+            _check_rule(*key, False)
 
 
 def test_gluon_operand_rows_cover_the_v_dims_once():
@@ -324,16 +343,21 @@ def test_route_memoizes_descriptors_by_cache_address_and_length():
         calls.append((ptr, tag))
         return (ptr, tag, tuple(shape), tuple(strides))
     route = S._Route.__new__(S._Route)
-    route.row, route.descriptors, route.fill_tma = 576, {}, fill_tma
+    route.row, route.descriptors, route.fill_tma, route.gluon = 576, {}, fill_tma, False
     route.split = types.SimpleNamespace(tma=[("kv box",), ("rope box",)])
-    first = route._descriptors(1 << 20, 100)
-    assert first == ((1 << 20, "kv box", (100, 576), (576, 1)), (1 << 20, "rope box", (100, 576), (576, 1)))
+    first = route._descriptors(1 << 20, 100)  # as the C launcher takes them: map, shape, strides
+    assert first == ((1 << 20, "kv box", (100, 576), (576, 1)), 100, 576, 576, 1,
+                     (1 << 20, "rope box", (100, 576), (576, 1)), 100, 576, 576, 1)
     assert route._descriptors(1 << 20, 100) is first and len(calls) == 2  # repeated cache: no encode
     assert route._descriptors(1 << 20, 60)[0][2] == (60, 576)  # same address, other length: encoded
-    assert route._descriptors(2 << 20, 100)[1][0] == 2 << 20 and len(calls) == 6
+    assert route._descriptors(2 << 20, 100)[5][0] == 2 << 20 and len(calls) == 6
     for i in range(100):
         route._descriptors((3 << 20) + 1024 * i, 100)
     assert len(route.descriptors) <= 16
+    # the Gluon kernel's views: the nope columns as (8 tiles, tokens, 64), then the whole rows
+    route.gluon, route.descriptors = True, {}
+    assert route._descriptors(1 << 20, 100) == ((1 << 20, "kv box", (8, 100, 64), (64, 576, 1)), 8, 100, 64, 64, 576, 1,
+                                                (1 << 20, "rope box", (100, 576), (576, 1)), 100, 576, 576, 1)
 
 
 def test_gluon_route_passes_the_kernels_parameters_in_order():
@@ -351,7 +375,7 @@ def test_gluon_route_passes_the_kernels_parameters_in_order():
     route.split_consts = tuple(S._split_constexprs(("fp8", 64, 3, 4, 2, S.KERNEL_GLUON), None).values())
     route.qk_scale, route.q_seq_len = 0.25, 1
     route.outputs = S._OutputsAhead((2, S.NUM_HEADS, S.V_DIM), ahead=False)
-    route.split = types.SimpleNamespace(tma=[()], head=("h",), launch=lambda *a: got.append(a))
+    route.split = types.SimpleNamespace(tma=[(), ()], head=("h",), launch=lambda *a: got.append(a))
     q = torch.zeros(2, S.NUM_HEADS, S.QK_DIM, dtype=torch.bfloat16)
     kv = {"fp8": (torch.zeros(10, 1, S.QK_DIM, dtype=torch.float8_e4m3fn), torch.ones(1))}
     indptr = torch.tensor([0, 4, 10], dtype=torch.int32)
@@ -359,10 +383,11 @@ def test_gluon_route_passes_the_kernels_parameters_in_order():
     grid, args = got[0][:3], got[0][5:]  # after the grid, the stream and the launcher's head
     assert grid == (2, 3, 1)
     names = S._mla_fp8_wgmma_kernel.arg_names
-    assert names == ["kv_desc", "q_ptr", "out_ptr", "scale_ptr", "kv_indptr_ptr", "part_o_ptr", "part_lse_ptr",
-                     "qk_scale", "q_seq_len", "num_splits", "BN", "SPLIT", "STAGES"]
-    assert args[:5] == ("desc", 10, 576, 576, 1)  # the descriptor and the cache's (rows, 576) view
-    assert args[5:] == (q.data_ptr(), out.data_ptr(), kv["fp8"][1].data_ptr(), indptr.data_ptr(), 111, 222,
+    assert names == ["nope_desc", "rope_desc", "q_ptr", "out_ptr", "scale_ptr", "kv_indptr_ptr", "part_o_ptr",
+                     "part_lse_ptr", "qk_scale", "q_seq_len", "num_splits", "BN", "SPLIT", "STAGES"]
+    # the descriptors with their views: the nope columns as (8 tiles, rows, 64), the (rows, 576) cache
+    assert args[:12] == ("desc", 8, 10, 64, 64, 576, 1, "desc", 10, 576, 576, 1)
+    assert args[12:] == (q.data_ptr(), out.data_ptr(), kv["fp8"][1].data_ptr(), indptr.data_ptr(), 111, 222,
                         0.25, 1, 3, 64, True, 2)
 
 
@@ -384,6 +409,9 @@ def test_gluon_kernel_compiles_for_sm90_to_tma_and_wgmma():
         sass = sass_offline.sass_of(k)
         ops = re.findall(r"\b(UTMALDG|QGMMA|HGMMA|HMMA)\b", sass)
         assert {"UTMALDG", "QGMMA", "HGMMA"} <= set(ops) and "HMMA" not in ops
+        # a ring slot is two TMA ops (the 8 nope tiles as one 3-D box, the rope tile): Triton puts a
+        # CTA barrier between TMA ops on one mbarrier, so 9 separate tiles cost 9 barriers per tile
+        assert sass.count("UTMALDG.3D") == sass.count("UTMALDG.2D") == 2 * S.GLUON_STAGES
 
 
 def test_a_gluon_kernel_that_fails_hands_over_to_the_triton_plans(monkeypatch, caplog):
