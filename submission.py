@@ -575,22 +575,75 @@ if gluon is not None:
         gtma.async_copy_global_to_shared(nope_desc, [0, row, 0], bar, kv3_smem.slice(first, 8), pred=pred)
         gtma.async_copy_global_to_shared(rope_desc, [row, 512], bar, rope_dst, pred=pred)
 
+    # 4 values x (fp32, bf16 values times 2^k, |x| < 2^8) -> q_hi = e4m3(x) and q_lo = e4m3(x - q_hi),
+    # 4 bytes each. The arithmetic is in f16x2: x is exact in f16 down to 2^-14 (8 significant bits),
+    # x - q_hi is then exact too, and below 2^-14 both parts are 0 either way (e4m3's least value is
+    # 2^-9), so the parts equal the fp32 computation's, in about a third of the instructions.
+    _Q_SPLIT_ASM = gl.constexpr("""{
+        .reg .b32 x01, x23, h01, h23;
+        .reg .b16 a, b;
+        cvt.rn.f16x2.f32 x01, $3, $2;
+        cvt.rn.f16x2.f32 x23, $5, $4;
+        cvt.rn.satfinite.e4m3x2.f16x2 a, x01;
+        cvt.rn.satfinite.e4m3x2.f16x2 b, x23;
+        mov.b32 $0, {a, b};
+        cvt.rn.f16x2.e4m3x2 h01, a;
+        cvt.rn.f16x2.e4m3x2 h23, b;
+        sub.rn.f16x2 x01, x01, h01;
+        sub.rn.f16x2 x23, x23, h23;
+        cvt.rn.satfinite.e4m3x2.f16x2 a, x01;
+        cvt.rn.satfinite.e4m3x2.f16x2 b, x23;
+        mov.b32 $1, {a, b};
+    }""")
+
+    @gluon.jit
+    def _prefetch_q(q_ptr, pid_q):
+        """Starts bringing query row pid_q's q (16 x 576 bf16, 144 lines of 128 bytes) into L2 without
+        holding registers: the loads that use it come after the split bounds and the TMA issue, which
+        wait on a round trip of their own."""
+        line = gl.minimum(gl.arange(0, 256, layout=gl.BlockedLayout([2], [32], [4], [0])), 143)
+        gl.inline_asm_elementwise("prefetch.global.L2 [$1]; mov.b32 $0, 0;", "=r,l",
+                                  [q_ptr + pid_q.to(gl.int64) * (16 * 576) + line * 64],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+
     @gluon.jit
     def _store_q_split(dst, x, q_mult):
         """x * q_mult (a [16, 64] q tile, bf16, times 2^k) as e4m3 q_hi into dst rows 0-15 and the
         remainder q_lo into rows 16-31."""
-        x = x.to(gl.float32) * q_mult
-        hi = x.to(gl.float8e4nv)
+        hi, lo = gl.inline_asm_elementwise(_Q_SPLIT_ASM, "=r,=r,r,r,r,r", [x.to(gl.float32) * q_mult],
+                                           dtype=(gl.float8e4nv, gl.float8e4nv), is_pure=True, pack=4)
         dst.slice(0, 16, dim=0).store(hi)
-        dst.slice(16, 16, dim=0).store((x - hi.to(gl.float32)).to(gl.float8e4nv))
+        dst.slice(16, 16, dim=0).store(lo)
+
+    # Two cache rows' 4-byte words x (row r) and y (row r + 1) of one V tile -> 4 fp16 pairs, pair k =
+    # (row r, row r + 1) of dim k of the word: the wgmma operand's register pairs (consecutive K). The
+    # bytes are interleaved first (2 prmt), so that each cvt yields a pair as the operand holds it;
+    # converting first and swapping halves after costs 4 prmt per 8 values instead of 2.
+    _V_PAIRS_ASM = gl.constexpr("""{
+        .reg .b32 t0, t1;
+        .reg .b16 lo, hi;
+        prmt.b32 t0, $4, $5, 0x5140;
+        prmt.b32 t1, $4, $5, 0x7362;
+        mov.b32 {lo, hi}, t0;
+        cvt.rn.f16x2.e4m3x2 $0, lo;
+        cvt.rn.f16x2.e4m3x2 $1, hi;
+        mov.b32 {lo, hi}, t1;
+        cvt.rn.f16x2.e4m3x2 $2, lo;
+        cvt.rn.f16x2.e4m3x2 $3, hi;
+    }""")
 
     @gluon.jit
-    def _v_chunk(tiles, ld_l: gl.constexpr, a_l: gl.constexpr):
-        """2 V tiles [2, 64 rows, 64 dims] (fp8, shared memory) as the fp16 register A operand
-        V^T[128, 64] of a wgmma, operand row m holding dim _v_dim(m) of the 2 tiles. ld_l gives each
-        thread 4 consecutive dims of a row per load, and after the reshape/permute (a relabelling) it is
-        the operand layout itself: the convert_layout moves no data."""
-        v = tiles.load(ld_l).to(gl.float16)      # [tile w1, row, dim 32 w0 + 4g + 2b + h]
+    def _v_chunk(words, ld_l: gl.constexpr, a_l: gl.constexpr):
+        """2 V tiles as 4-byte words [2, 64 rows, 16 words] (int32 view of the fp8 tiles in shared
+        memory) -> the fp16 register A operand V^T[128, 64] of a wgmma, operand row m holding dim
+        _v_dim(m) of the 2 tiles. ld_l gives each thread whole words of rows r and r + 1 (register bit 0
+        = row bit 0); after _V_PAIRS_ASM, the joins and the reshape/permute (relabellings) the tensor is
+        in the operand layout itself: the convert_layout moves no data."""
+        x = words.load(ld_l)
+        d0, d1, d2, d3 = gl.inline_asm_elementwise(_V_PAIRS_ASM, "=r,=r,=r,=r,r,r", [x],
+                                                   dtype=(gl.float16,) * 4, is_pure=True, pack=2)
+        v = gl.join(gl.join(d0, d1), gl.join(d2, d3))  # [.., word, k bit 0, k bit 1]
+        v = gl.reshape(gl.permute(v, (0, 1, 2, 4, 3)), [2, 64, 64])  # [tile w1, row, dim 32 w0 + 4g + 2b + h]
         v = gl.reshape(v, [2, 64, 2, 8, 2, 2])
         v = gl.permute(v, (4, 0, 2, 5, 3, 1))    # [b, w1, w0, h, g, row]
         return gl.convert_layout(gl.reshape(v, [128, 64]), a_l)
@@ -601,7 +654,7 @@ if gluon is not None:
         return 32 * ((m >> 4) & 3) + 4 * (m & 7) + 2 * (m >> 6) + ((m >> 3) & 1)
 
     @gluon.jit
-    def _gluon_tile(nope_desc, rope_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot: gl.constexpr,
+    def _gluon_tile(nope_desc, rope_desc, kv_smem, kv3_smem, kv32_smem, rope_smem, q_smem, p_smem, bars, j, slot: gl.constexpr,
                     start, end, n_tiles, qk, rows, m_i, l_i, o_0, o_1, o_2, o_3, s0, mma_o: gl.constexpr,
                     ld_l: gl.constexpr, a_l: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                     NT: gl.constexpr):
@@ -615,7 +668,7 @@ if gluon is not None:
         for i in gl.static_range(1, NT - 1):
             s = warpgroup_mma(kv_smem.index(first + i), q_smem.index(i).permute((1, 0)), s, is_async=True)
         s = warpgroup_mma(rope, q_smem.index(NT - 1).permute((1, 0)), s, is_async=True)
-        v0 = _v_chunk(kv3_smem.slice(first, 2), ld_l, a_l)  # while the score wgmmas run
+        v0 = _v_chunk(kv32_smem.slice(first, 2), ld_l, a_l)  # while the score wgmmas run
         s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
         s_hi, s_lo = gl.split(gl.permute(gl.reshape(s, [BN, 2, 16]), (0, 2, 1)))  # columns h and 16 + h
         n = start + j * BN
@@ -634,11 +687,11 @@ if gluon is not None:
         # 4 chunks of 2 tiles; chunk k + 1 is loaded while chunk k's wgmma runs, and a chunk's A
         # registers are free once the wgmma after it is issued and the one before has retired
         o_0 = warpgroup_mma(v0, p_b, o_0 * alpha, is_async=True)
-        o_1 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 2, 2), ld_l, a_l), p_b, o_1 * alpha, is_async=True)
+        o_1 = warpgroup_mma(_v_chunk(kv32_smem.slice(first + 2, 2), ld_l, a_l), p_b, o_1 * alpha, is_async=True)
         o_0 = warpgroup_mma_wait(num_outstanding=1, deps=(o_0,))
-        o_2 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 4, 2), ld_l, a_l), p_b, o_2 * alpha, is_async=True)
+        o_2 = warpgroup_mma(_v_chunk(kv32_smem.slice(first + 4, 2), ld_l, a_l), p_b, o_2 * alpha, is_async=True)
         o_1 = warpgroup_mma_wait(num_outstanding=1, deps=(o_1,))
-        o_3 = warpgroup_mma(_v_chunk(kv3_smem.slice(first + 6, 2), ld_l, a_l), p_b, o_3 * alpha, is_async=True)
+        o_3 = warpgroup_mma(_v_chunk(kv32_smem.slice(first + 6, 2), ld_l, a_l), p_b, o_3 * alpha, is_async=True)
         _cta_barrier()  # every warp has read the slot
         _issue_kv(nope_desc, rope_desc, n + STAGES * BN, j + STAGES < n_tiles, kv3_smem, first, rope, bars.index(slot))
         o_2, o_3 = warpgroup_mma_wait(num_outstanding=0, deps=(o_2, o_3))
@@ -657,18 +710,20 @@ if gluon is not None:
         mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, 16, 16])
         a_l: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
-        # [2 tiles, BN rows, 64 dims]: registers = dims 0-1 (one 4-byte load) and rows 0, 3, 4, 5;
-        # lanes = rows 1-2 and dims 2-4; warps = dim 5 and the tile. See _v_chunk.
+        # [2 tiles, BN rows, 16 words of 4 dims]: registers = rows 0, 3, 4, 5 (row bit 0 first: rows r
+        # and r + 1 of a word go to one _V_PAIRS_ASM); lanes = rows 1-2 and words 0-2; warps = word 3 and
+        # the tile. See _v_chunk.
         ld_l: gl.constexpr = gl.DistributedLinearLayout(
-            reg_bases=[[0, 0, 1], [0, 0, 2], [0, 1, 0], [0, 8, 0], [0, 16, 0], [0, 32, 0]],
-            lane_bases=[[0, 2, 0], [0, 4, 0], [0, 0, 4], [0, 0, 8], [0, 0, 16]],
-            warp_bases=[[0, 0, 32], [1, 0, 0]], block_bases=[], shape=[2, BN, 64])
+            reg_bases=[[0, 1, 0], [0, 8, 0], [0, 16, 0], [0, 32, 0]],
+            lane_bases=[[0, 2, 0], [0, 4, 0], [0, 0, 1], [0, 0, 2], [0, 0, 4]],
+            warp_bases=[[0, 0, 8], [1, 0, 0]], block_bases=[], shape=[2, BN, 16])
         q_l: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # [16, 64] q tiles
         q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([32, 64], gl.float8e4nv)
         p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([16, BN], gl.float16)
 
         pid_q = gl.program_id(0)
         pid_s = gl.program_id(1)
+        _prefetch_q(q_ptr, pid_q)
         start, end = _split_bounds(kv_indptr_ptr, pid_q, pid_s, q_seq_len, num_splits, BN)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
         kv_scale = gl.load(scale_ptr)
@@ -677,6 +732,9 @@ if gluon is not None:
         # the same bytes under nope_desc's rank-3 layout (the same swizzle), so that one TMA box
         # writes, and one load reads, several tiles
         kv3_smem = kv_smem._reinterpret(gl.float8e4nv, [STAGES * (NT - 1), BN, 64], nope_desc.layout)
+        # and as 4-byte words (the same 64-byte swizzle), which _v_chunk reads
+        kv32_smem = kv_smem._reinterpret(gl.int32, [STAGES * (NT - 1), BN, 16],
+                                         gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=32, rank=3))
         rope_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, 64], rope_desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
@@ -737,7 +795,7 @@ if gluon is not None:
                 j = j0 + slot
                 if j < n_tiles:
                     m_i, l_i, o_0, o_1, o_2, o_3 = _gluon_tile(
-                        nope_desc, rope_desc, kv_smem, kv3_smem, rope_smem, q_smem, p_smem, bars, j, slot, start, end, n_tiles,
+                        nope_desc, rope_desc, kv_smem, kv3_smem, kv32_smem, rope_smem, q_smem, p_smem, bars, j, slot, start, end, n_tiles,
                         qk, rows, m_i, l_i, o_0, o_1, o_2, o_3, s0, mma_o, ld_l, a_l, BN, STAGES, NT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))

@@ -1,6 +1,7 @@
-"""The inline-PTX E2M1 decodes of both submissions, run on the CPU by a small emulator of the PTX
-they use (mov, prmt, shl, shr, and, or, sub, mul.lo, mul.rn.bf16x2). On the GPU these are the only code that turns
-packed nibbles into values; the interpreter tests take a plain-Triton path instead, so without this
+"""The inline-PTX E2M1 decodes of both submissions, and the MLA Gluon kernel's fp8 packing blocks, run on
+the CPU by a small emulator of the PTX they use (mov, prmt, shl, shr, and, or, sub, mul.lo, mul.rn.bf16x2, the
+f16x2 / e4m3x2 conversions, sub.rn.f16x2). On the GPU these are the only code that turns packed nibbles into
+values; the interpreter tests take a plain-Triton path instead (and Gluon has no interpreter), so without this
 test a wrong shift or mask would first show on a GPU.
 
 Contract of both (Triton inline_asm_elementwise, pack=4, two bf16 outputs): $4 holds 4 packed bytes,
@@ -49,21 +50,69 @@ def _mul_bf16x2(a: int, b: int) -> int:
     return lo | (hi << 16)
 
 
+def _f16_bits(x) -> int:
+    return int(np.array(x, dtype=np.float16).view(np.uint16))
+
+
+def _f16_value(h: int) -> float:
+    return float(np.array(h & 0xFFFF, dtype=np.uint16).view(np.float16))
+
+
+def _e4m3_value(b: int) -> float:
+    import torch
+    return float(torch.tensor([b & 0xFF], dtype=torch.uint8).view(torch.float8_e4m3fn).float())
+
+
+def _e4m3_bits(x: float) -> int:  # round to nearest even; |x| <= 448 here, so satfinite never acts
+    import torch
+    return int(torch.tensor([x], dtype=torch.float32).to(torch.float8_e4m3fn).view(torch.uint8))
+
+
+def _halves(h32: int):
+    return h32 & 0xFFFF, h32 >> 16
+
+
 def run_ptx(asm: str, inputs: dict) -> dict:
-    """Execute the straight-line PTX subset; inputs/outputs keyed by '$n'."""
+    """Execute the straight-line PTX subset; inputs/outputs keyed by '$n'. Registers hold bit patterns
+    (16 or 32 bits); `mov.b32 {a, b}, x` splits x into halves and `mov.b32 x, {a, b}` packs them."""
     regs = dict(inputs)
 
     def val(tok):
         tok = tok.strip()
         return regs[tok] if tok in regs else int(tok, 0)
-    body = asm.replace("{", ";").replace("}", ";")
+    body = asm.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
     for stmt in (s.strip() for s in body.split(";")):
         if not stmt or stmt.startswith(".reg"):
             continue
         op, rest = stmt.split(None, 1)
+        if op == "mov.b32" and rest.startswith("{"):  # unpack
+            pair, src = rest[1:].split("}")
+            lo, hi = [t.strip() for t in pair.split(",")]
+            regs[lo], regs[hi] = _halves(val(src.strip(" ,")))
+            continue
+        if op == "mov.b32" and rest.rstrip().endswith("}"):  # pack
+            dst, pair = rest.split(",", 1)
+            lo, hi = [t.strip() for t in pair.strip(" {}").split(",")]
+            regs[dst.strip()] = (val(lo) & 0xFFFF) | (val(hi) & 0xFFFF) << 16
+            continue
         dst, *args = [t.strip() for t in rest.split(",")]
         if op == "mov.b32":
             r = val(args[0])
+        elif op == "cvt.rn.f16x2.e4m3x2":  # low byte -> low half
+            h = val(args[0])
+            r = _f16_bits(_e4m3_value(h & 0xFF)) | _f16_bits(_e4m3_value(h >> 8)) << 16
+        elif op == "cvt.rn.f16x2.f32":  # first source -> high half
+            f32 = [float(np.array(val(a), dtype=np.uint32).view(np.float32)) for a in args]
+            r = _f16_bits(f32[1]) | _f16_bits(f32[0]) << 16
+        elif op == "cvt.rn.satfinite.e4m3x2.f16x2":  # low half -> low byte
+            lo, hi = _halves(val(args[0]))
+            r = _e4m3_bits(_f16_value(lo)) | _e4m3_bits(_f16_value(hi)) << 8
+        elif op == "sub.rn.f16x2":
+            (a0, a1), (b0, b1) = _halves(val(args[0])), _halves(val(args[1]))
+            r = (_f16_bits(np.float16(_f16_value(a0)) - np.float16(_f16_value(b0)))
+                 | _f16_bits(np.float16(_f16_value(a1)) - np.float16(_f16_value(b1))) << 16)
         elif op == "prmt.b32":
             r = _prmt(val(args[0]), val(args[1]), val(args[2]))
         elif op == "shl.b32":
@@ -177,3 +226,45 @@ def test_fold_emulation_sees_a_wrong_order():
     """The test above can fail: one wrong byte order in the decode is caught."""
     asm = _paged()._FOLD_ASM.value.replace("0x3120", "0x3210", 1)
     assert _fold(asm, 0x00000800, 0, 0)[0] != [0, 0, 0x80, 0]  # -0 in byte 1's low nibble: element 2
+
+
+def _mla():
+    return _load("mla_submission_asm", ROOT / "submission.py", ROOT)
+
+
+def test_mla_v_pairs_pack_two_rows_per_register():
+    """_V_PAIRS_ASM: words x (row r) and y (row r + 1), 4 e4m3 V values each -> $k = (x byte k, y byte k)
+    as an f16 pair, row r in the low half: the wgmma operand's pairs of consecutive K. Every byte value."""
+    mla = _mla()
+    if getattr(mla, "gluon", None) is None:
+        pytest.skip("this Triton has no Gluon")
+    asm = mla._V_PAIRS_ASM.value
+    rng = np.random.default_rng(3)
+    for i in range(0, 256, 4):
+        x = int.from_bytes(bytes(range(i, i + 4)), "little")
+        y = int(rng.integers(0, 2 ** 32, dtype=np.uint64))
+        out = run_ptx(asm, {"$4": x, "$5": y})
+        for k in range(4):
+            want = [_e4m3_value(w >> (8 * k)) for w in (x, y)]
+            got = [_f16_value(h) for h in _halves(out[f"${k}"])]
+            assert all(g == w or (np.isnan(g) and np.isnan(w)) for g, w in zip(got, want)), (i, k, got, want)
+
+
+def test_mla_q_split_matches_the_fp32_split():
+    """_Q_SPLIT_ASM: 4 fp32 values (bf16 values, |x| < 2^8) -> $0 = e4m3(x), $1 = e4m3(x - e4m3(x)), byte i
+    from value i, equal in value to the fp32 computation (test_submission shows why f16 arithmetic suffices;
+    this runs the PTX itself), for a spread of bf16 values from 2^-40 to 2^8 of both signs."""
+    mla = _mla()
+    if getattr(mla, "gluon", None) is None:
+        pytest.skip("this Triton has no Gluon")
+    asm = mla._Q_SPLIT_ASM.value
+    rng = np.random.default_rng(4)
+    xs = np.concatenate([rng.standard_normal(2000) * 2.0 ** rng.integers(-40, 7, 2000), [0.0, -0.0, 255.0, -255.0]])
+    xs = np.array([_bf16_value(_bf16_bits(x)) for x in xs], dtype=np.float32)
+    for i in range(0, len(xs) - 3, 4):
+        four = xs[i:i + 4]
+        out = run_ptx(asm, {f"${2 + j}": int(four[j:j + 1].view(np.uint32)[0]) for j in range(4)})
+        for j, x in enumerate(four):
+            hi = _e4m3_value(_e4m3_bits(float(x)))
+            lo = _e4m3_value(_e4m3_bits(float(x) - hi))
+            assert _e4m3_value(out["$0"] >> (8 * j)) == hi and _e4m3_value(out["$1"] >> (8 * j)) == lo, (x, j)

@@ -439,3 +439,21 @@ def test_a_gluon_kernel_that_fails_hands_over_to_the_triton_plans(monkeypatch, c
     assert [p[5] for p in tried] == [S.KERNEL_GLUON, S.KERNEL_HMMA]  # Gluon tried once, then Triton
     assert S.plan_for(2, 37, 1)[5] != S.KERNEL_GLUON and S.plan_for(256, 8192, 1)[5] != S.KERNEL_GLUON
     assert sum("Gluon kernel is off" in r.message for r in caplog.records) == 1
+
+
+def test_gluon_q_split_in_f16_equals_the_fp32_split():
+    """_Q_SPLIT_ASM splits q (bf16 values times 2^k, |x| < 2^8) into e4m3 q_hi + q_lo with f16x2
+    arithmetic. Its claim, checked for every such bf16 value: the parts equal those of the fp32
+    computation (x exact in f16 where it matters, x - q_hi exact, both parts 0 below 2^-14)."""
+    bits = torch.arange(0, 1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    x = bits.float()
+    x = x[torch.isfinite(x) & (x.abs() < 256)]
+    hi32 = x.to(torch.float8_e4m3fn)
+    lo32 = (x - hi32.float()).to(torch.float8_e4m3fn)
+    xh = x.half()  # cvt.rn.f16x2.f32
+    hi16 = xh.float().to(torch.float8_e4m3fn)  # cvt.rn.satfinite.e4m3x2.f16x2
+    lo16 = (xh - hi16.half()).float().to(torch.float8_e4m3fn)  # sub.rn.f16x2, then the same cvt
+    assert torch.equal(hi16.float(), hi32.float())  # equal values (a zero's sign may differ)
+    assert torch.equal(lo16.float(), lo32.float())
+    big = x.abs() >= 4  # within 6 binades of the largest |x| the parts keep ~8 significant bits
+    assert ((hi32.float() + lo32.float() - x).abs()[big] <= x.abs()[big] / 128).all()
