@@ -303,18 +303,23 @@ def _check_output_form(q: torch.Tensor, output) -> str:
 
 
 def check_implementation(data: input_t, output: output_t) -> tuple[bool, str]:
-    """(True, which cache matched) or (False, why not): never raises on a bad output."""
+    """(True, the closest cache it matches) or (False, why not): never raises on a bad output. Every
+    format is compared, so the message names the one the output is closest to (an fp8 kernel is also
+    within tolerance of the bf16 result, at ~15x the distance)."""
     q, kv_data, qo_indptr, kv_indptr, config = data
     problem = _check_output_form(q, output)
     if problem:
         return False, problem
-    report = []
+    report, passed = [], []
     for fmt in FORMATS:
         ref = exact_attention(q, dequantize_cache(kv_data, fmt), qo_indptr, kv_indptr, config["sm_scale"])
         s = compare(output, ref)
         if s["bad"] == 0 and s["rel_l2"] <= REL_L2_TOL:
-            return True, f"matches exact attention over the {fmt} cache (rel L2 {s['rel_l2']:.4f})"
+            passed.append((s["rel_l2"], fmt))
         report.append(
             f"{fmt}: rel L2 {s['rel_l2']:.4f} (limit {REL_L2_TOL}), {s['bad']} elements out of tolerance, "
             f"worst at (row, head, dim) {s['worst_index']}: got {s['worst_got']:.5g}, want {s['worst_want']:.5g}")
+    if passed:
+        rel_l2, fmt = min(passed)
+        return True, f"matches exact attention over the {fmt} cache (rel L2 {rel_l2:.4f})"
     return False, "output matches exact attention over none of the caches: " + "; ".join(report)

@@ -128,6 +128,7 @@ def _attend(data, kv=None, q=None, sm_scale=None):
 def test_correct_fp32_attention_over_each_format_passes(data, fmt):
     ok, msg = R.check_implementation(data, _attend(data, R.dequantize_cache(data[1], fmt)))
     assert ok, msg
+    assert f"over the {fmt} cache" in msg  # the closest format is named, not the first that passes
 
 
 def test_a8w8_passes(data):
