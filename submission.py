@@ -612,8 +612,7 @@ if gluon is not None:
         remainder q_lo into rows 16-31."""
         hi, lo = gl.inline_asm_elementwise(_Q_SPLIT_ASM, "=r,=r,r,r,r,r", [x.to(gl.float32) * q_mult],
                                            dtype=(gl.float8e4nv, gl.float8e4nv), is_pure=True, pack=4)
-        dst.slice(0, 16, dim=0).store(hi)
-        dst.slice(16, 16, dim=0).store(lo)
+        dst.store(gl.reshape(gl.permute(gl.join(hi, lo), (2, 0, 1)), [32, 64]))  # one store: one CTA barrier
 
     # Two cache rows' 4-byte words x (row r) and y (row r + 1) of one V tile -> 4 fp16 pairs, pair k =
     # (row r, row r + 1) of dim k of the word: the wgmma operand's register pairs (consecutive K). The
@@ -717,7 +716,9 @@ if gluon is not None:
             reg_bases=[[0, 1, 0], [0, 8, 0], [0, 16, 0], [0, 32, 0]],
             lane_bases=[[0, 2, 0], [0, 4, 0], [0, 0, 1], [0, 0, 2], [0, 0, 4]],
             warp_bases=[[0, 0, 8], [1, 0, 0]], block_bases=[], shape=[2, BN, 16])
-        q_l: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])  # [16, 64] q tiles
+        # [16, 64] q tiles, 8 consecutive values per thread, each held once (a layout wider than the
+        # tile would replicate it across lanes and do the prologue twice)
+        q_l: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
         q_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([32, 64], gl.float8e4nv)
         p_sl: gl.constexpr = gl.NVMMASharedLayout.get_default_for([16, BN], gl.float16)
 
