@@ -3,8 +3,9 @@
 The harness's flush evicts the kernels' code from L2 as well as the data, so the first pass through
 a large kernel fetches its instructions from HBM. For each (shape, plan) this prints the GPU time
 with everything cold (as eval.py times it) and with the code warm (the same kernels run once on a
-tiny input right after the flush; the timed call's data stays cold). Then a tile-count sweep of
-one plan (splits = 1) gives its per-tile slope and fixed cost.
+tiny input right after the flush; the timed call's data stays cold). On the H200 the two agree
+(tools/device_logs/mla_fixed_cost_8a.log): the fixed cost is the kernels' own. Then a tile-count
+sweep of one plan (splits = 1) gives its per-tile slope and fixed cost.
 
     python tools/fixed_cost.py [--reps 9]
 """
@@ -14,7 +15,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from problem_loader import load  # noqa: E402
+from problem_loader import load, queued_gpu_us  # noqa: E402
 
 CASES = [  # (batch, kv, plan)
     (4, 1024, ("bf16", 64, 16, 4, 2, 0)), (4, 1024, ("fp8", 64, 8, 4, 2, 2)),
@@ -25,22 +26,6 @@ CASES = [  # (batch, kv, plan)
     (256, 1024, ("fp8", 64, 1, 4, 2, 2)),
 ]
 SWEEP = [(b, kv, ("fp8", 64, 1, 4, 2, 2)) for b in (132, 264) for kv in (64, 128, 256, 512, 1024, 2048)]
-
-
-def timed(fn, flush, warm=None):
-    import torch
-    cycles = int(200e-6 * torch.cuda.get_device_properties(0).clock_rate * 1e3)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    flush()
-    if warm is not None:
-        warm()
-    torch.cuda._sleep(cycles)
-    start.record()
-    fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3
 
 
 def main():
@@ -63,8 +48,8 @@ def main():
         warm = lambda: troute(tiny[0], tiny[1], tiny[3])  # noqa: E731
         cold, hot = [], []
         for _ in range(args.reps):
-            cold.append(timed(call, flush))
-            hot.append(timed(call, flush, warm))
+            cold.append(queued_gpu_us(call, flush))
+            hot.append(queued_gpu_us(call, flush, warm))
         rows.append((batch, kv, plan, statistics.median(cold), statistics.median(hot)))
         print(f"{batch:4d} x {kv:5d} {str(plan):32s} cold {rows[-1][3]:7.1f} us  code warm {rows[-1][4]:7.1f} us",
               flush=True)
