@@ -532,21 +532,23 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
 
 
 # ----------------------------------------------------------------------------------------
-# Gluon kernel (plan kernel KERNEL_GLUON, fp8 cache): the big shapes. Triton's dots put the 16
+# Gluon kernel (plan kernel KERNEL_GLUON, fp8 cache): all but the smallest shapes. Triton's dots put the 16
 # heads on M (mma.sync) or re-decode V per orientation; Gluon states layouts, so this kernel runs
 # both products as wgmma in the transposed orientation (M = cache rows, then M = V dims) and
 # feeds V to the second one straight from registers:
-#   * each ring slot holds BN = 64 cache rows as 9 TMA tiles [64, 64] fp8 (8 nope = V, 1 rope);
+#   * each ring slot holds BN = 64 cache rows as 9 tiles [64, 64] fp8 (8 nope = V, 1 rope), written
+#     by two TMA ops (the nope tiles as one 3-D box);
 #   * S^T[64, 32] = K . [q_hi; q_lo]^T: fp8 wgmma (QGMMA), both operands in shared memory. q (bf16)
 #     is split into two e4m3 parts scaled by 2^k (together ~8 significant bits, as bf16 has) and
 #     stacked on N, so K is read once;
 #   * O^T[512, 16] += V^T . P^T: fp16 wgmma (HGMMA) in 4 chunks of 128 V dims, V^T as the register
-#     A operand. Each thread loads 4 consecutive bytes of a cache row per LDS and widens them to fp16
-#     in registers; the operand's rows are a permutation of the V dims (_v_dim) chosen so that this
-#     load lands in the wgmma operand layout with no data exchange. Chunk k + 1 is loaded while
+#     A operand. Each thread loads 4-byte words of two consecutive cache rows and widens them to fp16
+#     pairs in registers (_V_PAIRS_ASM); the operand's rows are a permutation of the V dims (_v_dim)
+#     chosen so that this load lands in the wgmma operand layout with no data exchange. Chunk k + 1 is loaded while
 #     chunk k's wgmma runs. No decoded copy of V goes through shared memory (that copy made the
 #     kernel shared-memory bound: 0.51 ms against 0.35 at 256 x 8192).
-# One warpgroup per program, 2 ring stages, ~92 KB of shared memory: two programs per SM.
+# One warpgroup per program, 2 ring stages, ~92 KB of shared memory: two programs per SM (one on short
+# splits, by the plan's split count).
 # Partials and the combine are the Triton kernel's.
 # ----------------------------------------------------------------------------------------
 GLUON_BN, GLUON_WARPS, GLUON_STAGES = 64, 4, 2  # the layouts below are written for these
@@ -744,9 +746,9 @@ if gluon is not None:
             _issue_kv(nope_desc, rope_desc, start + i * BN, i < n_tiles, kv3_smem, i * (NT - 1),
                       rope_smem.index(i), bars.index(i))
 
-        # q: all nine [16, 64] tiles loaded at once, one HBM round trip under the first TMA loads (a
-        # reduction between the loads serialised nine round trips: ~7 us more per program). Placed after
-        # the TMA issue: loaded before it, ptxas spilled more in the tile loop of the split variant.
+        # q (prefetched to L2 above): all nine [16, 64] tiles loaded at once, under the first TMA loads
+        # (a reduction between the loads serialised nine round trips: ~7 us more per program). Placed
+        # after the TMA issue: loaded before it, ptxas spilled more in the split variant's tile loop.
         hq = gl.arange(0, 16, layout=gl.SliceLayout(1, q_l))
         cq = gl.arange(0, 64, layout=gl.SliceLayout(0, q_l))
         q_tile = q_ptr + pid_q.to(gl.int64) * (16 * 576) + gl.expand_dims(hq, 1) * 576 + gl.expand_dims(cq, 0)
