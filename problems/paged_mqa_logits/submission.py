@@ -161,6 +161,15 @@ if triton is not None:
                                              dtype=(tl.bfloat16, tl.bfloat16), is_pure=False, pack=4)
 
     @triton.jit
+    def _page_range(ctx_ptr, b, pid_c, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+        """Sequence b's context length and page count, and program pid_c's logical pages [p0, p_end) of
+        it (empty past the context). Scalar code, so the Gluon kernel calls it too."""
+        ctx = tl.load(ctx_ptr + b)
+        n_pages = tl.cdiv(ctx, BLOCK)
+        p0 = pid_c * CHUNK
+        return ctx, n_pages, p0, tl.minimum(p0 + CHUNK, n_pages)
+
+    @triton.jit
     def _dot(a, b, acc):
         if _INTERP:
             return tl.dot(a, b, acc, input_precision="ieee")
@@ -185,10 +194,7 @@ if triton is not None:
         WORDS_PER_BLOCK: tl.constexpr = ROWS_PER_BLOCK * RB // 4
         pid_c = tl.program_id(0)
         b = tl.program_id(1)
-        ctx = tl.load(ctx_ptr + b)
-        n_pages = tl.cdiv(ctx, BLOCK)
-        p0 = pid_c * CHUNK
-        p_end = tl.minimum(p0 + CHUNK, n_pages)
+        ctx, n_pages, p0, p_end = _page_range(ctx_ptr, b, pid_c, CHUNK, BLOCK)
         tok = tl.arange(0, BLOCK)
         hcol = tl.arange(0, QN)
         rcol = tl.arange(0, RB)
@@ -370,10 +376,7 @@ if gluon is not None:
 
         pid_c = gl.program_id(0)
         b = gl.program_id(1)
-        ctx = gl.load(ctx_ptr + b)
-        n_pages = gl.cdiv(ctx, BLOCK)
-        p0 = pid_c * CHUNK
-        p_end = gl.minimum(p0 + CHUNK, n_pages)
+        ctx, n_pages, p0, p_end = _page_range(ctx_ptr, b, pid_c, CHUNK, BLOCK)
         out_row = out_ptr + (b * NEXT_N).to(gl.int64) * out_stride
         bt_row = bt_ptr + b.to(gl.int64) * bt_stride
 
