@@ -13,8 +13,8 @@ Layout of this file (one place per concern):
   * _fast_path_problem()    - every reason to fall back to the reference
   * Triton kernels          - _mla_split_kernel (attention over one KV split),
                               _mla_combine_kernel (exact log-sum-exp merge of splits)
-  * Gluon kernel            - _mla_fp8_wgmma_kernel (the big shapes: fp8 cache, both products
-                              on wgmma, V fed from registers; partials merged as above)
+  * Gluon kernel            - _mla_fp8_wgmma_kernel (all but the smallest shapes: fp8 cache, both
+                              products on wgmma, V fed from registers; merges its own splits)
   * _launch()               - the short host path (descriptors, grid, launches)
 
 Assumptions not checked (checking would need a device sync on every call): qo_indptr is
@@ -549,7 +549,9 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
 #     kernel shared-memory bound: 0.51 ms against 0.35 at 256 x 8192).
 # One warpgroup per program, 2 ring stages, ~92 KB of shared memory: two programs per SM (one on short
 # splits, by the plan's split count).
-# Partials and the combine are the Triton kernel's.
+# Splits: partials as the Triton kernel's, merged by the kernel itself (_combine_in_kernel): the row's
+# programs wait for each other (a cooperative launch keeps them resident), then each merges a slice.
+# The output and partials are stored through a layout change to 16-byte vectors (_o_by_head).
 # ----------------------------------------------------------------------------------------
 GLUON_BN, GLUON_WARPS, GLUON_STAGES = 64, 4, 2  # the layouts below are written for these
 NOPE_TILES = 8  # the 512 nope (= V) columns as 64-column tiles
@@ -698,10 +700,75 @@ if gluon is not None:
         o_2, o_3 = warpgroup_mma_wait(num_outstanding=0, deps=(o_2, o_3))
         return m_new, l_i, o_0, o_1, o_2, o_3
 
+    @gluon.jit
+    def _o_by_head(o, inv, st_l: gl.constexpr):
+        """An O^T chunk [128 operand rows, 16 heads] (row m holds V dim _v_dim(m)) times inv -> [16 heads,
+        128 dims] in dim order, in st_l (a warp per head row, 4 dims per thread: 512 contiguous bytes per
+        store). Stored from the wgmma layout, each thread wrote 4-byte scatters: 2-3 us per program."""
+        x = gl.reshape(o * inv, [2, 4, 2, 8, 16])  # m = 64b + 16w + 8h + g
+        x = gl.permute(x, (4, 1, 3, 0, 2))          # [head, w, g, b, h]: dim 32w + 4g + 2b + h
+        return gl.convert_layout(gl.reshape(x, [16, 128]), st_l)
+
+    @gluon.jit
+    def _ld_acquire(ptr):
+        return gl.inline_asm_elementwise("ld.acquire.gpu.global.b64 $0, [$1];", "=l,l", [ptr], dtype=gl.int64,
+                                         is_pure=False, pack=1)
+
+    @gluon.jit
+    def _combine_in_kernel(part_o_ptr, part_lse_ptr, out_ptr, sync_ptr, pid_q, pid_s, num_splits,
+                           SPLITS_P2: gl.constexpr, DIMS: gl.constexpr):
+        """The split-K merge inside the split kernel: this program's partial is stored; once all
+        num_splits programs of query row pid_q have stored theirs, program pid_s merges the row's
+        DIMS-column chunks pid_s and pid_s + num_splits (if any) (out = sum_s w_s O_s, w_s = 2^(lse_s - max) /
+        sum 2^(lse - max), per head). The wait needs the row's programs resident together: the kernel
+        is launched cooperatively (the launch fails rather than hang if the grid cannot be). A second
+        kernel cost 3-7 us here: the launch gap, its own start, its stores' drain.
+        sync_ptr[pid_q] counts arrivals and only grows (int64): call g's programs wait for
+        (g + 1) * num_splits, g read from their own arrival, so it is never reset."""
+        _cta_barrier()  # every thread's partial stores come before the arrival (release, gpu scope)
+        ctr = sync_ptr + pid_q
+        target = (gl.atomic_add(ctr, 1, sem="release", scope="gpu") // num_splits + 1) * num_splits
+        seen = _ld_acquire(ctr)
+        while seen < target:
+            seen = _ld_acquire(ctr)
+        TD: gl.constexpr = 32 if DIMS >= 128 else DIMS // 4  # threads along dims, 4 dims each
+        TH: gl.constexpr = 32 // TD
+        WH: gl.constexpr = 4 if TH <= 4 else 16 // TH
+        c_l: gl.constexpr = gl.BlockedLayout([1, 1, 4], [1, TH, TD], [4 // WH, WH, 1], [2, 1, 0])
+        w_l: gl.constexpr = gl.SliceLayout(2, c_l)  # [SPLITS_P2, 16]
+        o_l: gl.constexpr = gl.SliceLayout(0, c_l)  # [16, DIMS]
+        sp = gl.arange(0, SPLITS_P2, layout=gl.SliceLayout(1, w_l))
+        hd = gl.arange(0, 16, layout=gl.SliceLayout(0, w_l))
+        first = pid_q.to(gl.int64) * num_splits
+        valid = gl.expand_dims(sp < num_splits, 1)
+        dims = gl.arange(0, DIMS, layout=gl.SliceLayout(0, o_l))
+        part = (part_o_ptr + gl.expand_dims((first + gl.expand_dims(sp, 1)) * (16 * 512) + gl.expand_dims(hd, 0) * 512, 2)
+                + gl.expand_dims(gl.expand_dims(dims, 0), 0) + pid_s * DIMS)
+        # A row has 512 / DIMS = SPLITS_P2 < 2 * num_splits chunks: this program's are pid_s and maybe
+        # pid_s + num_splits. Both loads and the lse load go out together (one L2 round trip, not three).
+        c1 = pid_s + num_splits
+        o0 = gl.load(part, mask=gl.expand_dims(valid, 2), other=0.0, cache_modifier=".cg")
+        o1 = gl.load(part + num_splits * DIMS, mask=gl.expand_dims(valid, 2) & (c1 < 512 // DIMS), other=0.0,
+                     cache_modifier=".cg")
+        lse = gl.load(part_lse_ptr + (first + gl.expand_dims(sp, 1)) * 16 + gl.expand_dims(hd, 0), mask=valid,
+                      other=float("-inf"), cache_modifier=".cg")
+        m = gl.max(lse, 0)
+        m = gl.where(m == float("-inf"), 0.0, m)  # only for an empty sequence: its output is 0
+        w = gl.exp2(lse - gl.expand_dims(m, 0))   # 0 for the padding splits
+        denom = gl.sum(w, 0)
+        w = gl.expand_dims(w / gl.expand_dims(gl.where(denom > 0, denom, 1.0), 0), 2)
+        oh = gl.arange(0, 16, layout=gl.SliceLayout(1, o_l))
+        dst = (out_ptr + pid_q.to(gl.int64) * (16 * 512) + gl.expand_dims(oh, 1) * 512 + gl.expand_dims(dims, 0)
+               + pid_s * DIMS)
+        gl.store(dst, gl.sum(w * o0, 0).to(gl.bfloat16))
+        if c1 < 512 // DIMS:
+            gl.store(dst + num_splits * DIMS, gl.sum(w * o1, 0).to(gl.bfloat16))
+
     @gluon.jit(do_not_specialize=["q_seq_len", "num_splits"])
     def _mla_fp8_wgmma_kernel(nope_desc, rope_desc, q_ptr, out_ptr, scale_ptr, kv_indptr_ptr, part_o_ptr,
-                              part_lse_ptr, qk_scale, q_seq_len, num_splits,
-                              BN: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr):
+                              part_lse_ptr, sync_ptr, qk_scale, q_seq_len, num_splits,
+                              BN: gl.constexpr, SPLIT: gl.constexpr, STAGES: gl.constexpr,
+                              SPLITS_P2: gl.constexpr, COMBINE_DIMS: gl.constexpr):
         # Grid, splits, partials and outputs as _mla_split_kernel's. The fp8 cache through two views
         # (_gluon_descriptor_views): nope_desc, its 512 nope columns as (8 tiles, tokens, 64) with box
         # [8, BN, 64]; rope_desc, (tokens, 576) with box [BN, 64], read at column 512.
@@ -805,18 +872,23 @@ if gluon is not None:
 
         # Normalise here so partials are plain averages; an empty split has l_i = 0, lse = -inf.
         inv = gl.expand_dims(gl.where(l_i > 0, kv_scale / l_i, 0.0), 0)
-        heads = gl.arange(0, 16, layout=gl.SliceLayout(0, mma_o))
         if SPLIT:
+            heads = gl.arange(0, 16, layout=gl.SliceLayout(0, mma_o))
             base = part_o_ptr + (pid_q * num_splits + pid_s).to(gl.int64) * (16 * 512)
-            lse = gl.where(l_i > 0, m_i + gl.log2(l_i), float("-inf"))
-            gl.store(part_lse_ptr + (pid_q * num_splits + pid_s) * 16 + heads, lse)
+            gl.store(part_lse_ptr + (pid_q * num_splits + pid_s) * 16 + heads,
+                     gl.where(l_i > 0, m_i + gl.log2(l_i), float("-inf")))
         else:
             base = out_ptr + pid_q.to(gl.int64) * (16 * 512)
-        offs = gl.expand_dims(heads, 0) * 512 + gl.expand_dims(_v_dim(gl.arange(0, 128, layout=gl.SliceLayout(1, mma_o))), 1)
-        gl.store(base + offs, (o_0 * inv).to(base.dtype.element_ty))
-        gl.store(base + 128 + offs, (o_1 * inv).to(base.dtype.element_ty))
-        gl.store(base + 256 + offs, (o_2 * inv).to(base.dtype.element_ty))
-        gl.store(base + 384 + offs, (o_3 * inv).to(base.dtype.element_ty))
+        st_l: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+        offs = (gl.expand_dims(gl.arange(0, 16, layout=gl.SliceLayout(1, st_l)), 1) * 512
+                + gl.expand_dims(gl.arange(0, 128, layout=gl.SliceLayout(0, st_l)), 0))
+        gl.store(base + offs, _o_by_head(o_0, inv, st_l).to(base.dtype.element_ty))
+        gl.store(base + 128 + offs, _o_by_head(o_1, inv, st_l).to(base.dtype.element_ty))
+        gl.store(base + 256 + offs, _o_by_head(o_2, inv, st_l).to(base.dtype.element_ty))
+        gl.store(base + 384 + offs, _o_by_head(o_3, inv, st_l).to(base.dtype.element_ty))
+        if SPLIT:
+            _combine_in_kernel(part_o_ptr, part_lse_ptr, out_ptr, sync_ptr, pid_q, pid_s, num_splits,
+                               SPLITS_P2, COMBINE_DIMS)
 
 
 # ----------------------------------------------------------------------------------------
@@ -836,7 +908,8 @@ _capability = {}
 # input signature -> _Route; False: validated, use Triton's launch path; a str: why the
 # reference runs instead (the plan's kernels failed to launch, e.g. out of shared memory)
 _routes = {}
-_scratch = {}  # (total_q, splits, device) -> (partial O, partial lse); never keyed by data
+_scratch = {}  # (total_q, splits, device) -> (partial O, partial lse, counters); never keyed by data
+_sm_count = {}  # device -> SMs
 _compiled = {}  # (kernel, constexprs, warps, stages, device) -> CompiledKernel: code, for tools
 
 
@@ -921,13 +994,35 @@ def _dot_dtype(fmt):
     return tl.float16 if fmt == "fp8" else tl.bfloat16
 
 
+def _fit_to_device(plan, total_q, dev):
+    """The plan with at most as many Gluon programs as the device holds at once when they split a row
+    (their in-kernel merge waits for each other): fewer splits on a GPU with fewer SMs than the H200."""
+    splits = plan[2]
+    if plan[5] == KERNEL_GLUON and splits > 1 and total_q * splits > _resident_programs(dev):
+        splits = max(1, _resident_programs(dev) // total_q)
+        return plan[:2] + (splits,) + plan[3:]
+    return plan
+
+
+def _resident_programs(dev):
+    """How many Gluon-kernel programs the device holds at once: two per SM (~95 KB of shared memory
+    and 255 registers x 128 threads each)."""
+    sms = _sm_count.get(dev)
+    if sms is None:
+        sms = _sm_count[dev] = torch.cuda.get_device_properties(dev).multi_processor_count
+    return 2 * sms
+
+
 def _scratch_for(total_q, splits, dev):
+    """(partial O, partial lse, arrival counters) for split plans: the counters, which the Gluon kernel's
+    in-kernel merge only ever increments, start at 0 once per key."""
     key = (total_q, splits, dev)
     scratch = _scratch.get(key)
     if scratch is None:
         scratch = _scratch[key] = (
             torch.empty((total_q, splits, NUM_HEADS, V_DIM), dtype=torch.float32, device=dev),
-            torch.empty((total_q, splits, NUM_HEADS), dtype=torch.float32, device=dev))
+            torch.empty((total_q, splits, NUM_HEADS), dtype=torch.float32, device=dev),
+            torch.zeros((total_q,), dtype=torch.int64, device=dev))
     return scratch
 
 
@@ -945,8 +1040,16 @@ def _split_constexprs(plan, dot):
     on that order): _mla_split_kernel's, or _mla_fp8_wgmma_kernel's for a KERNEL_GLUON plan."""
     fmt, block_n, splits, warps, stages, kernel = plan
     if kernel == KERNEL_GLUON:
-        return dict(BN=block_n, SPLIT=splits > 1, STAGES=stages)
+        return dict(BN=block_n, SPLIT=splits > 1, STAGES=stages, **_gluon_combine_constexprs(splits))
     return dict(FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=kernel, DOT=dot)
+
+
+def _gluon_combine_constexprs(splits):
+    """SPLITS_P2 and COMBINE_DIMS of the Gluon kernel's in-kernel merge: all (padded) splits of a
+    COMBINE_DIMS-column chunk in one load of 8192 values (64 per thread); SPLITS_P2 chunks or more per
+    row, so every program has one (2 splits: 256 columns each; 64: 8). Fixed values without splits."""
+    splits_p2 = triton.next_power_of_2(splits) if splits > 1 else 1
+    return dict(SPLITS_P2=splits_p2, COMBINE_DIMS=max(8, min(256, 8192 // (NUM_HEADS * splits_p2))))
 
 
 def _combine_constexprs(splits):
@@ -963,15 +1066,15 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
     combine kernel or None) as CompiledKernels. No syncs; no allocation besides the output.
     dot_dtype: by format on the GPU (_dot_dtype); the CPU tests pass tl.float16 because the
     Triton interpreter's bf16 dots are wrong (the MXFP4 decode then uses plain Triton ops)."""
-    fmt, block_n, splits, warps, stages, kernel = plan
     total_q = q.shape[0]
     dev = q.device
+    fmt, block_n, splits, warps, stages, kernel = plan = _fit_to_device(plan, total_q, dev)
     base, scales = _cache_and_scales(kv_data, fmt)
     row = base.shape[-1]
     total_kv = base.shape[0]
     out = torch.empty((total_q, NUM_HEADS, V_DIM), dtype=torch.bfloat16, device=dev)
     # scratch for the split partials; unused (any valid pointer) with one split
-    part_o, part_lse = _scratch_for(total_q, splits, dev) if splits > 1 else (out, out)
+    part_o, part_lse, sync = _scratch_for(total_q, splits, dev) if splits > 1 else (out, out, out)
     split_consts = _split_constexprs(plan, dot_dtype if dot_dtype is not None else _dot_dtype(fmt))
     if kernel == KERNEL_GLUON:
         if (fmt, block_n, warps, stages) != ("fp8", GLUON_BN, GLUON_WARPS, GLUON_STAGES):
@@ -981,9 +1084,11 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
         nope_desc = GluonTensorDescriptor(base, *nope_view, [NOPE_TILES, block_n, 64], _NOPE_LAYOUT)
         rope_desc = GluonTensorDescriptor(base, *rope_view, [block_n, 64],
                                           gl.NVMMASharedLayout.get_default_for([block_n, 64], gl.float8e4nv))
+        # cooperative with splits: the launch then fails, rather than hangs, if the grid cannot be resident
         split_ck = _mla_fp8_wgmma_kernel[(total_q, splits, 1)](
-            nope_desc, rope_desc, q, out, scales, kv_indptr, part_o, part_lse,
-            _qk_scale(config), config["q_seq_len"], splits, **split_consts, num_warps=warps)
+            nope_desc, rope_desc, q, out, scales, kv_indptr, part_o, part_lse, sync,
+            _qk_scale(config), config["q_seq_len"], splits, **split_consts, num_warps=warps,
+            launch_cooperative_grid=splits > 1)
         name = "_mla_fp8_wgmma_kernel"
     else:
         kv_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 64])
@@ -995,7 +1100,7 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
         name = "_mla_split_kernel"
     _compiled[(name, tuple(split_consts.items()), warps, stages, dev)] = split_ck
     combine_ck = None
-    if splits > 1:
+    if splits > 1 and kernel != KERNEL_GLUON:  # the Gluon kernel merges its splits itself
         combine_consts = _combine_constexprs(splits)
         combine_ck = _mla_combine_kernel[(total_q, V_DIM // combine_consts["BD"], 1)](
             part_o, part_lse, out, splits, **combine_consts, num_warps=4, num_stages=3)
@@ -1087,8 +1192,7 @@ class _Route:
         self.qk_scale, self.q_seq_len = _qk_scale(config), config["q_seq_len"]
         self.split_consts = tuple(_split_constexprs(plan, _dot_dtype(fmt)).values())
         self.scratch = _scratch_for(self.total_q, splits, self.device) if splits > 1 else None
-        self.part_ptrs = ((self.scratch[0].data_ptr(), self.scratch[1].data_ptr())
-                          if self.scratch else (0, 0))
+        self.part_ptrs = tuple(t.data_ptr() for t in self.scratch) if self.scratch else (0, 0, 0)
         self.combine = _DirectLaunch(combine_ck) if combine_ck is not None else None
         combine_consts = _combine_constexprs(splits)
         self.combine_programs = V_DIM // combine_consts["BD"]
@@ -1122,11 +1226,11 @@ class _Route:
         out = self.outputs.take(q, stream)  # bf16 on q's device (the signature pins both)
         out_ptr, tokens = out.data_ptr(), base.shape[0]
         descs = self._descriptors(base.data_ptr(), tokens)
-        split, part_o, part_lse = self.split, *self.part_ptrs
+        split, (part_o, part_lse, sync) = self.split, self.part_ptrs
         if self.gluon:  # _mla_fp8_wgmma_kernel's parameter order
             split.launch(self.total_q, self.splits, 1, stream, *split.head,
                          *descs, q.data_ptr(), out_ptr, scales.data_ptr(), kv_indptr.data_ptr(),
-                         part_o, part_lse, self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
+                         part_o, part_lse, sync, self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
         else:
             split.launch(self.total_q, self.splits, 1, stream, *split.head,
                          q.data_ptr(), out_ptr, *descs, scales.data_ptr(), kv_indptr.data_ptr(),
@@ -1172,7 +1276,7 @@ def _make_route(q, kv_data, kv_indptr, config, plan):
     and check that it reproduces that output bit for bit (one sync, once per signature)."""
     out, split_ck, combine_ck = _launch_jit(q, kv_data, kv_indptr, config, plan)
     try:
-        route = _Route(q, kv_data, config, plan, split_ck, combine_ck)
+        route = _Route(q, kv_data, config, _fit_to_device(plan, q.shape[0], q.device), split_ck, combine_ck)
         if not torch.equal(route(q, kv_data, kv_indptr), out):
             raise RuntimeError("its output differs from Triton's launch")
     except Exception as exc:  # Triton's internals moved: Triton's own launch path from now on

@@ -89,6 +89,35 @@ def test_without_gluon_the_big_shapes_read_bf16(monkeypatch):
             _check_rule(*key, False)
 
 
+def test_split_programs_fit_on_the_device_together(monkeypatch):
+    """The Gluon kernel's in-kernel merge waits for the other splits of its row, so a split plan never
+    launches more programs than the device holds at once (two per SM): fewer splits on a smaller GPU,
+    other plans unchanged."""
+    monkeypatch.setattr(S, "_resident_programs", lambda dev: 2 * 114)  # an H100 PCIe
+    gluon = ("fp8", 64, 8, 4, 2, S.KERNEL_GLUON)
+    assert S._fit_to_device(gluon, 32, "cuda") == ("fp8", 64, 7, 4, 2, S.KERNEL_GLUON)
+    assert S._fit_to_device(gluon, 16, "cuda") == gluon
+    assert S._fit_to_device(gluon, 300, "cuda")[2] == 1  # more rows than programs fit: no split
+    triton_plan = ("bf16", 64, 16, 4, 2, S.KERNEL_HMMA)  # a separate combine kernel: no waiting
+    assert S._fit_to_device(triton_plan, 64, "cuda") == triton_plan
+    monkeypatch.setattr(S, "_resident_programs", lambda dev: 2 * 132)  # the H200: the table as tuned
+    for (batch, kv, q_seq), plan in S.PLANS.items():
+        assert S._fit_to_device(plan, batch * q_seq, "cuda") == plan
+
+
+def test_gluon_merge_chunks_give_each_split_program_one_or_two():
+    """_combine_in_kernel merges a row in 512 / COMBINE_DIMS chunks, program s taking chunks s and
+    s + splits: that covers every chunk, once, for every split count, in loads of at most 64 values
+    per thread."""
+    for splits in range(2, S.MAX_SPLITS + 1):
+        c = S._gluon_combine_constexprs(splits)
+        chunks = 512 // c["COMBINE_DIMS"]
+        assert chunks * c["COMBINE_DIMS"] == 512 and c["COMBINE_DIMS"] % 8 == 0
+        assert c["SPLITS_P2"] >= splits and c["SPLITS_P2"] * S.NUM_HEADS * c["COMBINE_DIMS"] <= 64 * 128
+        taken = sorted(x for s in range(splits) for x in (s, s + splits) if x < chunks)
+        assert taken == list(range(chunks))
+
+
 def test_gluon_operand_rows_cover_the_v_dims_once():
     """_v_dim(m), the V dim held in row m of the Gluon kernel's register operand, is a permutation of
     0..127 and matches the reshape/permute _v_chunk applies to the [2 tiles, rows, 64 dims] load."""
@@ -303,7 +332,7 @@ def test_route_allocates_the_next_output_after_its_launches():
     route.fmt, route.total_q, route.splits, route.row, route.gluon = "bf16", 3, 1, 576, False
     route.device, route.stream_of = torch.device("cpu"), lambda index: current_stream[0]
     route.descriptors, route.fill_tma = {}, lambda *a: "desc"
-    route.part_ptrs, route.combine, route.split_consts = (0, 0), None, ()
+    route.part_ptrs, route.combine, route.split_consts = (0, 0, 0), None, ()
     route.qk_scale, route.q_seq_len = 0.1, 1
     route.outputs = S._OutputsAhead((3, S.NUM_HEADS, S.V_DIM))
 
@@ -371,7 +400,7 @@ def test_gluon_route_passes_the_kernels_parameters_in_order():
     route.fmt, route.total_q, route.splits, route.row, route.gluon = "fp8", 2, 3, 576, True
     route.device, route.stream_of = torch.device("cpu"), lambda index: 5
     route.descriptors, route.fill_tma = {}, lambda *a: "desc"
-    route.part_ptrs, route.combine = (111, 222), None
+    route.part_ptrs, route.combine = (111, 222, 333), None
     route.split_consts = tuple(S._split_constexprs(("fp8", 64, 3, 4, 2, S.KERNEL_GLUON), None).values())
     route.qk_scale, route.q_seq_len = 0.25, 1
     route.outputs = S._OutputsAhead((2, S.NUM_HEADS, S.V_DIM), ahead=False)
@@ -384,11 +413,13 @@ def test_gluon_route_passes_the_kernels_parameters_in_order():
     assert grid == (2, 3, 1)
     names = S._mla_fp8_wgmma_kernel.arg_names
     assert names == ["nope_desc", "rope_desc", "q_ptr", "out_ptr", "scale_ptr", "kv_indptr_ptr", "part_o_ptr",
-                     "part_lse_ptr", "qk_scale", "q_seq_len", "num_splits", "BN", "SPLIT", "STAGES"]
+                     "part_lse_ptr", "sync_ptr", "qk_scale", "q_seq_len", "num_splits", "BN", "SPLIT", "STAGES",
+                     "SPLITS_P2", "COMBINE_DIMS"]
     # the descriptors with their views: the nope columns as (8 tiles, rows, 64), the (rows, 576) cache
     assert args[:12] == ("desc", 8, 10, 64, 64, 576, 1, "desc", 10, 576, 576, 1)
-    assert args[12:] == (q.data_ptr(), out.data_ptr(), kv["fp8"][1].data_ptr(), indptr.data_ptr(), 111, 222,
-                        0.25, 1, 3, 64, True, 2)
+    assert args[12:] == (q.data_ptr(), out.data_ptr(), kv["fp8"][1].data_ptr(), indptr.data_ptr(), 111, 222, 333,
+                        0.25, 1, 3, 64, True, 2, 4, 128)
+    assert len(got) == 1  # the kernel merges its splits itself: no combine launch
 
 
 def test_gluon_kernel_compiles_for_sm90_to_tma_and_wgmma():
@@ -400,9 +431,12 @@ def test_gluon_kernel_compiles_for_sm90_to_tma_and_wgmma():
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     import re
     import sass_offline
-    for split in (True, False):
-        k = sass_offline.compile_gluon(split)
+    for split, splits in ((True, 4), (False, 1), (True, 2), (True, 33)):  # the merge's layouts at both ends
+        k = sass_offline.compile_gluon(split, splits)
         ttgir = k.asm["ttgir"]
+        # split: one release add per program on its row's counter, then acquire loads (the in-kernel merge)
+        assert k.asm["ptx"].count("atom.global.gpu.release.add.u64") == int(split)
+        assert ("ld.acquire.gpu.global.b64" in k.asm["ptx"]) == split
         assert k.metadata.shared <= 113 * 1024  # two programs per SM
         assert re.search(r"warp_group_dot %\S+, %\S+, .*tensor<128x64xf16, #ttg.dot_op<\{opIdx = 0", ttgir)
         assert not re.search(r"local_(alloc|store) .*tensor<64x64xf16", ttgir)  # no fp16 copy of V
@@ -457,3 +491,30 @@ def test_gluon_q_split_in_f16_equals_the_fp32_split():
     assert torch.equal(lo16.float(), lo32.float())
     big = x.abs() >= 4  # within 6 binades of the largest |x| the parts keep ~8 significant bits
     assert ((hi32.float() + lo32.float() - x).abs()[big] <= x.abs()[big] / 128).all()
+
+
+# ---------------------------------------------------------------------------- on the GPU
+_MERGE_CASES = [  # (batch, q_seq_len, kv_seq_len, ragged, empty sequence): Gluon plans with 33, 4, 2, 8 splits
+    (4, 1, 8192, 0, None), (32, 1, 1024, 0, None), (64, 1, 1024, 0, None), (32, 1, 8192, 1, None),
+    (32, 1, 8192, 1, 5), (16, 2, 4096, 1, 0)]  # ... one sequence empty; the rule's plan for q_seq_len 2
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or S.gluon is None, reason="needs a GPU and Gluon")
+@pytest.mark.parametrize("batch, q_seq, kv, ragged, empty", _MERGE_CASES)
+def test_gluon_in_kernel_merge_on_the_gpu(batch, q_seq, kv, ragged, empty):
+    """The Gluon kernel's in-kernel split merge: within tolerance of exact attention over the fp8 cache,
+    an empty sequence gives zeros, and repeated calls (the arrival counters only grow) are bitwise equal."""
+    q, kv_data, qo_indptr, kv_indptr, config = reference.generate_input(batch, q_seq, kv, seed=77, ragged=ragged)
+    if empty is not None:  # sequence `empty` loses its rows to the next one
+        kv_indptr[empty + 1] = kv_indptr[empty]
+    data = (q, kv_data, qo_indptr, kv_indptr, config)
+    plan = S._fit_to_device(S.plan_for(batch, kv, q_seq), q.shape[0], q.device)
+    assert plan[5] == S.KERNEL_GLUON and plan[2] > 1, plan
+    outs = [S.custom_kernel(data).clone() for _ in range(4)]
+    routes = [r for r in S._routes.values() if isinstance(r, S._Route) and r.gluon and r.total_q == q.shape[0]]
+    assert routes and all(r.split.head[1] for r in routes)  # launched cooperatively: all resident, or an error
+    ok, message = reference.check_implementation(data, outs[0])
+    assert ok and "fp8" in message, message
+    assert all(torch.equal(o, outs[0]) for o in outs[1:])
+    if empty is not None:
+        assert not outs[0][empty * q_seq:(empty + 1) * q_seq].any()
