@@ -74,10 +74,11 @@ FMT_BYTES_PER_TOKEN = {"mxfp4": MXFP4_ROW_BYTES + MXFP4_SCALES, "fp8": QK_DIM, "
 KERNEL_HMMA, KERNEL_WGMMA, KERNEL_GLUON = 0, 1, 2
 
 # Written by `python tools/tune_mla.py` on an H200 (last: --around-plans, tools/device_logs/
-# mla_tune_around_8.md; timings in tools/NOTES_mla.md).
+# mla_tune_around_8.md; timings in tools/NOTES_mla.md). Since the Gluon kernel merges its own splits
+# (ninth session) its split counts were re-checked (mla_split_sweep_9.log) and it took 4 x 1024 too.
 PLANS = {
     # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, kernel),  # ms
-    (4, 1024, 1): ('bf16', 64, 16, 4, 2, 0),  # 0.0147
+    (4, 1024, 1): ('fp8', 64, 16, 4, 2, 2),  # 0.0110 (GPU time, mla_gluon_small_9.log)
     (4, 8192, 1): ('fp8', 64, 33, 4, 2, 2),  # 0.0268
     (32, 1024, 1): ('fp8', 64, 4, 4, 2, 2),  # 0.0245
     (32, 8192, 1): ('fp8', 64, 8, 4, 2, 2),  # 0.0667
@@ -92,11 +93,12 @@ MIN_TOKENS_PER_SPLIT = 128  # below this a split's fixed cost (Q load, partial s
 MAX_SPLITS = 64
 
 
-GLUON_MIN_TOKENS = 1 << 15  # from this many cache rows (batch * kv_seq_len) on, the Gluon fp8 kernel
+GLUON_MIN_TOKENS = 1 << 12  # from this many cache rows (batch * kv_seq_len) on, the Gluon fp8 kernel
 BIG_MIN_TOKENS = 1 << 18    # without Gluon: from this many on the bf16 cache, which the Triton kernel
 # streams at full bandwidth; below, the Triton kernel on fp8
 GLUON_TWO_PER_SM_ROWS = 1024  # the Gluon kernel runs two programs per SM where each split still gets
-# this many rows; on shorter splits a program's fixed cost (~13 us) outweighs the second one: one per SM
+# this many rows; on shorter splits a program's fixed cost (~13 us) outweighs the second one: one per SM.
+# Its splits may be one tile (GLUON_BN rows) short: it merges them itself, without a second kernel.
 # (fmt, block_n, warps, stages, kernel) the rule uses: the tuned table's winners.
 RULE_KERNEL = {"gluon": ("fp8", 64, 4, 2, KERNEL_GLUON), "bf16": ("bf16", 64, 4, 3, KERNEL_HMMA),
                "fp8": ("fp8", 128, 8, 3, KERNEL_HMMA)}
@@ -113,9 +115,9 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
     """Plan from the table (unless it names the Gluon kernel and Gluon is missing or failed), else
     from the rule: from GLUON_MIN_TOKENS rows on, the Gluon fp8 kernel with two programs per SM, or
     one where two would make splits shorter than GLUON_TWO_PER_SM_ROWS (it runs at most two per SM,
-    and more splits only add partials); without Gluon, the bf16 cache from BIG_MIN_TOKENS rows on;
-    else fp8 with enough KV splits that ~2 programs run per SM. No split is shorter than
-    MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
+    and more splits only add partials), no split shorter than one tile; without Gluon, the bf16 cache
+    from BIG_MIN_TOKENS rows on; else fp8 with enough KV splits that ~2 programs run per SM, no split
+    shorter than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
     plan = PLANS.get((batch_size, kv_seq_len, q_seq_len))
     if plan is not None and (plan[5] != KERNEL_GLUON or _gluon_usable()):
         return plan
@@ -124,6 +126,7 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
     rows = batch_size * kv_seq_len
     if rows >= GLUON_MIN_TOKENS and _gluon_usable():
         kind = "gluon"
+        cap = max(1, kv_seq_len // GLUON_BN)
         want = (2 * NUM_SMS) // programs
         if want > 1 and kv_seq_len // want < GLUON_TWO_PER_SM_ROWS:
             want = NUM_SMS // programs

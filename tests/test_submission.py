@@ -45,7 +45,8 @@ def _check_rule(batch, kv, q, gluon):
         kind = "bf16" if batch * kv >= S.BIG_MIN_TOKENS else "fp8"
     assert (fmt, bn, warps, stages, kernel) == S.RULE_KERNEL[kind]
     assert 1 <= splits <= S.MAX_SPLITS
-    assert splits <= max(1, kv // S.MIN_TOKENS_PER_SPLIT)  # no split shorter than the minimum
+    shortest = S.GLUON_BN if kind == "gluon" else S.MIN_TOKENS_PER_SPLIT
+    assert splits <= max(1, kv // shortest)  # no split shorter than the minimum
     if splits > 1:  # splits only while the grid is not yet ~2 programs per SM
         assert batch * q * (splits - 1) < 2 * S.NUM_SMS
         if kind == "gluon":  # which runs at most two programs per SM, one where splits would be short
