@@ -911,7 +911,7 @@ _capability = {}
 # input signature -> _Route; False: validated, use Triton's launch path; a str: why the
 # reference runs instead (the plan's kernels failed to launch, e.g. out of shared memory)
 _routes = {}
-_scratch = {}  # (total_q, splits, device) -> (partial O, partial lse, counters); never keyed by data
+_scratch = {}  # (total_q, splits, device, stream) -> (partial O, partial lse, counters); never keyed by data
 _sm_count = {}  # device -> SMs
 _compiled = {}  # (kernel, constexprs, warps, stages, device) -> CompiledKernel: code, for tools
 
@@ -1016,10 +1016,12 @@ def _resident_programs(dev):
     return 2 * sms
 
 
-def _scratch_for(total_q, splits, dev):
-    """(partial O, partial lse, arrival counters) for split plans: the counters, which the Gluon kernel's
-    in-kernel merge only ever increments, start at 0 once per key."""
-    key = (total_q, splits, dev)
+def _scratch_for(total_q, splits, dev, stream):
+    """(partial O, partial lse, arrival counters) for split plans, allocated on `stream` (a raw CUDA stream
+    handle): one set per stream, since calls on one stream run in order but calls on two may overlap, and
+    sharing would mix their partials and make the Gluon kernel's merge wait on the other call's programs.
+    The counters, which that merge only ever increments, start at 0 once per key."""
+    key = (total_q, splits, dev, stream)
     scratch = _scratch.get(key)
     if scratch is None:
         scratch = _scratch[key] = (
@@ -1077,7 +1079,8 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
     total_kv = base.shape[0]
     out = torch.empty((total_q, NUM_HEADS, V_DIM), dtype=torch.bfloat16, device=dev)
     # scratch for the split partials; unused (any valid pointer) with one split
-    part_o, part_lse, sync = _scratch_for(total_q, splits, dev) if splits > 1 else (out, out, out)
+    stream = torch.cuda.current_stream(dev).cuda_stream if dev.type == "cuda" else 0  # CPU: the interpreter
+    part_o, part_lse, sync = _scratch_for(total_q, splits, dev, stream) if splits > 1 else (out, out, out)
     split_consts = _split_constexprs(plan, dot_dtype if dot_dtype is not None else _dot_dtype(fmt))
     if kernel == KERNEL_GLUON:
         if (fmt, block_n, warps, stages) != ("fp8", GLUON_BN, GLUON_WARPS, GLUON_STAGES):
@@ -1194,8 +1197,7 @@ class _Route:
         self.row = base.shape[-1]
         self.qk_scale, self.q_seq_len = _qk_scale(config), config["q_seq_len"]
         self.split_consts = tuple(_split_constexprs(plan, _dot_dtype(fmt)).values())
-        self.scratch = _scratch_for(self.total_q, splits, self.device) if splits > 1 else None
-        self.part_ptrs = tuple(t.data_ptr() for t in self.scratch) if self.scratch else (0, 0, 0)
+        self.part_ptrs = {}  # stream -> the split scratch's pointers (_scratch_for), (0, 0, 0) without splits
         self.combine = _DirectLaunch(combine_ck) if combine_ck is not None else None
         combine_consts = _combine_constexprs(splits)
         self.combine_programs = V_DIM // combine_consts["BD"]
@@ -1229,7 +1231,11 @@ class _Route:
         out = self.outputs.take(q, stream)  # bf16 on q's device (the signature pins both)
         out_ptr, tokens = out.data_ptr(), base.shape[0]
         descs = self._descriptors(base.data_ptr(), tokens)
-        split, (part_o, part_lse, sync) = self.split, self.part_ptrs
+        ptrs = self.part_ptrs.get(stream)
+        if ptrs is None:  # first call on this stream
+            ptrs = self.part_ptrs[stream] = (tuple(t.data_ptr() for t in _scratch_for(
+                self.total_q, self.splits, self.device, stream)) if self.splits > 1 else (0, 0, 0))
+        split, (part_o, part_lse, sync) = self.split, ptrs
         if self.gluon:  # _mla_fp8_wgmma_kernel's parameter order
             split.launch(self.total_q, self.splits, 1, stream, *split.head,
                          *descs, q.data_ptr(), out_ptr, scales.data_ptr(), kv_indptr.data_ptr(),

@@ -333,7 +333,7 @@ def test_route_allocates_the_next_output_after_its_launches():
     route.fmt, route.total_q, route.splits, route.row, route.gluon = "bf16", 3, 1, 576, False
     route.device, route.stream_of = torch.device("cpu"), lambda index: current_stream[0]
     route.descriptors, route.fill_tma = {}, lambda *a: "desc"
-    route.part_ptrs, route.combine, route.split_consts = (0, 0, 0), None, ()
+    route.part_ptrs, route.combine, route.split_consts = {}, None, ()
     route.qk_scale, route.q_seq_len = 0.1, 1
     route.outputs = S._OutputsAhead((3, S.NUM_HEADS, S.V_DIM))
 
@@ -362,6 +362,34 @@ def test_route_allocates_the_next_output_after_its_launches():
     ahead = {(b, kv): S._allocate_output_ahead({"batch_size": b, "kv_seq_len": kv}, S.plan_for(b, kv, 1)[0])
              for b in (4, 32, 64, 256) for kv in (1024, 8192)}
     assert [shape for shape, yes in ahead.items() if not yes] == [(4, 1024)]
+
+
+def test_split_scratch_is_one_set_per_stream():
+    """Split partials and the merge's arrival counters belong to one stream: calls on one stream run in
+    order and may share them; calls on two may overlap and must not (mixed partials, and a merge that
+    would wait on the other call's programs). The counters start at 0."""
+    cpu = torch.device("cpu")
+    first = S._scratch_for(2, 3, cpu, 7)
+    assert S._scratch_for(2, 3, cpu, 7) is first
+    other = S._scratch_for(2, 3, cpu, 8)
+    assert {t.data_ptr() for t in first}.isdisjoint(t.data_ptr() for t in other)
+    assert first[2].dtype == torch.int64 and first[2].shape == (2,) and not first[2].any()
+    # the route takes the scratch of the stream it launches on
+    got, current = [], [7]
+    route = S._Route.__new__(S._Route)
+    route.fmt, route.total_q, route.splits, route.row, route.gluon = "fp8", 2, 3, 576, True
+    route.device, route.stream_of = cpu, lambda index: current[0]
+    route.descriptors, route.fill_tma, route.part_ptrs, route.combine = {}, lambda *a: "desc", {}, None
+    route.split_consts, route.qk_scale, route.q_seq_len = (), 0.25, 1
+    route.outputs = S._OutputsAhead((2, S.NUM_HEADS, S.V_DIM), ahead=False)
+    route.split = types.SimpleNamespace(tma=[(), ()], head=(), launch=lambda *a: got.append(a[20:23]))  # the three scratch pointers
+    q = torch.zeros(2, S.NUM_HEADS, S.QK_DIM, dtype=torch.bfloat16)
+    kv = {"fp8": (torch.zeros(10, 1, S.QK_DIM, dtype=torch.float8_e4m3fn), torch.ones(1))}
+    indptr = torch.tensor([0, 4, 10], dtype=torch.int32)
+    route(q, kv, indptr)
+    current[0] = 8
+    route(q, kv, indptr)
+    assert got == [tuple(t.data_ptr() for t in first), tuple(t.data_ptr() for t in other)]
 
 
 def test_route_memoizes_descriptors_by_cache_address_and_length():
@@ -401,7 +429,7 @@ def test_gluon_route_passes_the_kernels_parameters_in_order():
     route.fmt, route.total_q, route.splits, route.row, route.gluon = "fp8", 2, 3, 576, True
     route.device, route.stream_of = torch.device("cpu"), lambda index: 5
     route.descriptors, route.fill_tma = {}, lambda *a: "desc"
-    route.part_ptrs, route.combine = (111, 222, 333), None
+    route.part_ptrs, route.combine = {5: (111, 222, 333)}, None  # the scratch of stream 5
     route.split_consts = tuple(S._split_constexprs(("fp8", 64, 3, 4, 2, S.KERNEL_GLUON), None).values())
     route.qk_scale, route.q_seq_len = 0.25, 1
     route.outputs = S._OutputsAhead((2, S.NUM_HEADS, S.V_DIM), ahead=False)
