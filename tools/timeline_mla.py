@@ -3,7 +3,7 @@
     python tools/timeline_mla.py [--calls 20] [--shapes 4x8192,32x1024] [--out DIR]
 
 A copy of submission.py is patched (text anchors below; the tool says which one is missing if the
-kernel moved) so that _mla_fp8_wgmma_kernel and _mla_combine_kernel write globaltimer stamps; the
+kernel moved) so that _mla_fp8_wgmma_kernel writes globaltimer stamps; the
 copy is launched through Triton's JIT after an L2 flush, with the GPU held ~2 ms (the JIT launch path is slow) so the host has
 queued everything, and a one-program stamp kernel just before and just after the call. Phases, per
 program, in us from the stamp kernel before:
@@ -12,7 +12,7 @@ program, in us from the stamp kernel before:
   tile0     first cache tile arrived        loop    all tiles done
   stored    epilogue stores issued          arrived all the row's splits stored (split plans)
   merged    the in-kernel merge's stores issued
-then the combine kernel's first entry and last exit, and the stamp kernel after. Medians over calls
+then the stamp kernel after. Medians over calls
 of the min / median / max over programs. Diagnostic only: the stamps cost a few instructions.
 """
 import argparse
@@ -25,13 +25,6 @@ import tempfile
 from problem_loader import ROOT, load
 
 STAMP_HELPERS = '''
-@triton.jit
-def _tl_stamp(ptr, dep):
-    t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [dep], dtype=tl.int64,
-                                  is_pure=False, pack=1)
-    tl.store(ptr, t)
-
-
 if gluon is not None:
     @gluon.jit
     def _stamp(ptr, dep):
@@ -75,19 +68,8 @@ PATCHES = [
      "                           SPLITS_P2: gl.constexpr, DIMS: gl.constexpr, st):\n"),
     ("        while seen < target:\n            seen = _ld_acquire(ctr)\n",
      "        while seen < target:\n            seen = _ld_acquire(ctr)\n        _stamp(st + 7, seen.to(gl.int32))\n"),
-    ("def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,\n",
-     "def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits, stamp_ptr,\n"),
-    ("    pid_d = tl.program_id(1)\n    heads = tl.arange(0, 16)\n",
-     "    pid_d = tl.program_id(1)\n    cst = stamp_ptr + (pid_q * tl.num_programs(1) + pid_d).to(tl.int64) * 2\n"
-     "    _tl_stamp(cst, pid_d)\n    heads = tl.arange(0, 16)\n"),
-    ("    tl.store(out_ptr + pid_q * (16 * 512) + heads[:, None] * 512 + cols[None, :],\n"
-     "             acc.to(tl.bfloat16))\n",
-     "    tl.store(out_ptr + pid_q * (16 * 512) + heads[:, None] * 512 + cols[None, :],\n"
-     "             acc.to(tl.bfloat16))\n    _tl_stamp(cst + 1, pid_d)\n"),
     ("_qk_scale(config), config[\"q_seq_len\"], splits, **split_consts, num_warps=warps,",
-     "_qk_scale(config), config[\"q_seq_len\"], splits, STAMPS[0], **split_consts, num_warps=warps,"),
-    ("part_o, part_lse, out, splits, **combine_consts",
-     "part_o, part_lse, out, splits, STAMPS[1], **combine_consts"),
+     "_qk_scale(config), config[\"q_seq_len\"], splits, STAMPS, **split_consts, num_warps=warps,"),
 ]
 PHASES = ("entry", "bounds", "q", "prolog", "tile0", "loop", "stored", "arrived", "merged")
 
@@ -142,15 +124,13 @@ def main():
         q, kv_data, qo_indptr, kv_indptr, config = p.utils.clone_data(p.reference.generate_input(**case.args))
         splits = plan[2]
         programs = q.shape[0] * splits
-        S.STAMPS = (torch.zeros(programs * 10, dtype=torch.int64, device="cuda"),
-                    torch.zeros(q.shape[0] * 512 * 2, dtype=torch.int64, device="cuda"))
+        S.STAMPS = torch.zeros(programs * 10, dtype=torch.int64, device="cuda")
         marks = torch.zeros(2, dtype=torch.int64, device="cuda")
         for _ in range(3):
             S._launch(q, kv_data, kv_indptr, config, plan)
         per_call = []
         for _ in range(args.calls):
-            S.STAMPS[0].zero_()
-            S.STAMPS[1].zero_()
+            S.STAMPS.zero_()
             torch.cuda.synchronize()
             flush()
             torch.cuda._sleep(cycles)
@@ -159,14 +139,10 @@ def main():
             stamp_kernel[(1,)](marks[1:])
             torch.cuda.synchronize()
             t0 = marks[0].item()
-            stamps = S.STAMPS[0].view(programs, 10)
+            stamps = S.STAMPS.view(programs, 10)
             st = ((stamps[:, :9] - t0).double() / 1e3).cpu()
-            comb = S.STAMPS[1].view(-1, 2)
-            comb = comb[comb[:, 0] > 0]
             row = {ph: (st[:, i].min().item(), st[:, i].median().item(), st[:, i].max().item())
                    for i, ph in enumerate(PHASES) if (stamps[:, i] > 0).all()}
-            if splits > 1 and comb.numel():
-                row["combine"] = ((comb[:, 0].min().item() - t0) / 1e3, (comb[:, 1].max().item() - t0) / 1e3)
             row["after"] = (marks[1].item() - t0) / 1e3
             row["sms"] = len(set(stamps[:, 9].tolist()))
             per_call.append(row)
@@ -176,8 +152,6 @@ def main():
         for ph in (ph for ph in PHASES if ph in per_call[0]):
             lo, mid, hi = (med(r[ph][i] for r in per_call) for i in range(3))
             cells.append(f"{ph} {lo:.1f}/{mid:.1f}/{hi:.1f}")
-        if "combine" in per_call[0]:
-            cells.append("combine %.1f-%.1f" % tuple(med(r["combine"][i] for r in per_call) for i in range(2)))
         cells.append("after %.1f" % med(r["after"] for r in per_call))
         lines.append(head + "\n    " + "  ".join(cells))
     text = "\n".join(lines)
