@@ -1,85 +1,99 @@
-"""Why are leaderboard-mode times higher than benchmark-mode times? Times custom_kernel the way
-eval.py does (L2 flush, CUDA events) under several input patterns and reports the median
-GPU-event time, the host wall time of the call, and the host time of its pieces:
-  same    - one input reused (benchmark mode)
-  fresh   - new inputs before every call (generate + clone), no check
-  check   - as fresh, plus the check of each output (leaderboard mode)
-  gc_off  - as check, with gc.collect() before and the garbage collector off during the call
-  prewarm - as check, plus one untimed custom_kernel call on the fresh input first
-Run on the GPU: python tools/diag_leaderboard.py"""
-import gc
-import os
+"""Why are leaderboard-mode times higher than benchmark-mode times? (GPU machine)
+
+    python tools/diag_leaderboard.py [--calls 40] [--shapes 4x1024,32x8192]
+
+Times custom_kernel as eval.py does (sync, L2 flush, start event, call, end event) under three input
+patterns and prints medians of the event time, the call's host time and the host time of the route's
+pieces (timed by wrappers around them, ~0.3 us each):
+  same    one input reused (benchmark mode)
+  fresh   new inputs (generate + clone) before every call
+  check   as fresh, plus the check of each output afterwards (leaderboard mode)
+  queued  as fresh, but the GPU sleeps ~0.5 ms after the flush, so the whole call is queued before the
+          GPU reaches it: the event time is then GPU time alone (fresh inputs' GPU time, no host time)
+Nothing touches a fresh input before the timed call.
+"""
+import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
-import torch
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import reference  # noqa: E402
-import submission as sub  # noqa: E402
-import utils  # noqa: E402
-
-flush = utils.L2Flush()
+ROOT = Path(__file__).resolve().parent.parent
+PIECES = ("signature", "descriptors", "take", "launch", "allocate_next")
 
 
-def pieces(x):
-    """Host microseconds of the parts of the fast path, on input x."""
-    q, kv, qo, kvp, cfg = x
-    plan = sub.plan_for(cfg["batch_size"], cfg["kv_seq_len"], cfg["q_seq_len"])
-    t = [time.perf_counter_ns()]
-    sub._fast_path_problem(q, kv, qo, kvp, cfg, plan[0])
-    t.append(time.perf_counter_ns())
-    torch.empty((q.shape[0], 16, 512), dtype=torch.bfloat16, device=q.device)
-    t.append(time.perf_counter_ns())
-    base = kv[plan[0]][0] if plan[0] != "bf16" else kv["bf16"]
-    sub.TensorDescriptor(base, [base.shape[0], base.shape[-1]], [base.shape[-1], 1], [plan[1], 64])
-    t.append(time.perf_counter_ns())
-    return [(b - a) / 1e3 for a, b in zip(t, t[1:])]
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=40)
+    ap.add_argument("--shapes", default="4x1024,32x8192,256x8192")
+    args = ap.parse_args()
+    sys.path[:0] = [str(ROOT)]
+    import torch
+    import reference
+    import submission as sub
+    import utils
 
+    spent = {k: 0.0 for k in PIECES}
 
-def timed(x, gc_off=False):
-    torch.cuda.synchronize()
-    if gc_off:
-        gc.collect()
-        gc.disable()
-    flush()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    t0 = time.perf_counter_ns()
-    out = sub.custom_kernel(x)
-    host = time.perf_counter_ns() - t0
-    e.record()
-    if gc_off:
-        gc.enable()
-    torch.cuda.synchronize()
-    return out, s.elapsed_time(e) * 1e3, host / 1e3
+    def timed_piece(name, fn):
+        def wrapper(*a, **k):
+            t0 = time.perf_counter_ns()
+            try:
+                return fn(*a, **k)
+            finally:
+                spent[name] += (time.perf_counter_ns() - t0) / 1e3
+        return wrapper
 
+    sub._signature = timed_piece("signature", sub._signature)
+    sub._Route._descriptors = timed_piece("descriptors", sub._Route._descriptors)
+    sub._OutputsAhead.take = timed_piece("take", sub._OutputsAhead.take)
+    sub._OutputsAhead.allocate_next = timed_piece("allocate_next", sub._OutputsAhead.allocate_next)
+    wrapped_launches = set()
+    flush = utils.L2Flush()
 
-def run(spec, pattern, n=30):
-    data = reference.generate_input(**spec)
-    x = utils.clone_data(data)
-    for _ in range(3):
-        sub.custom_kernel(x)
-    rows = []
-    for i in range(n):
-        if pattern != "same":
-            data = reference.generate_input(**{**spec, "seed": spec["seed"] + 13 * (i + 1)})
-            x = utils.clone_data(data)
-        if pattern == "prewarm":
+    def timed_call(x, queued=False):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        flush()
+        if queued:
+            torch.cuda._sleep(1_000_000)  # ~0.5 ms at the H200's clock
+        start.record()
+        for k in spent:
+            spent[k] = 0.0
+        t0 = time.perf_counter_ns()
+        out = sub.custom_kernel(x)
+        host = (time.perf_counter_ns() - t0) / 1e3
+        end.record()
+        torch.cuda.synchronize()
+        return out, [start.elapsed_time(end) * 1e3, host] + [spent[k] for k in PIECES]
+
+    print(f"{'shape':9s} {'pattern':7s} {'event us':>8s} {'host us':>8s} " + " ".join(f"{k:>13s}" for k in PIECES))
+    for shape in args.shapes.split(","):
+        batch, kv = (int(v) for v in shape.split("x"))
+        spec = dict(batchsize=batch, qseqlen=1, kvseqlen=kv, seed=11)
+        data = reference.generate_input(**spec)
+        x = utils.clone_data(data)
+        for _ in range(3):
             sub.custom_kernel(x)
-        parts = pieces(x)
-        out, g, h = timed(x, gc_off=pattern == "gc_off")
-        if pattern != "same" and pattern != "fresh":
-            assert reference.check_implementation(data, out)[0]
-        rows.append([g, h] + parts)
-    return [statistics.median(c) for c in zip(*rows)]
+        for route in sub._routes.values():  # the launches, once the route exists
+            if isinstance(route, sub._Route) and id(route.split) not in wrapped_launches:
+                wrapped_launches.add(id(route.split))
+                route.split.launch = timed_piece("launch", route.split.launch)
+        for pattern in ("same", "fresh", "check", "queued"):
+            rows = []
+            for i in range(args.calls):
+                if pattern != "same":
+                    data = reference.generate_input(**{**spec, "seed": spec["seed"] + 13 * (i + 1)})
+                    x = utils.clone_data(data)
+                out, row = timed_call(x, queued=pattern == "queued")
+                if pattern == "check":
+                    assert reference.check_implementation(data, out)[0]
+                rows.append(row)
+                del out
+            med = [statistics.median(c) for c in zip(*rows)]
+            print(f"{shape:9s} {pattern:7s} {med[0]:8.1f} {med[1]:8.1f} " + " ".join(f"{v:13.2f}" for v in med[2:]),
+                  flush=True)
 
 
 if __name__ == "__main__":
-    print(f"{'shape':10s} {'pattern':8s} {'gpu us':>8s} {'host us':>8s} {'checks':>7s} {'empty':>7s} {'desc':>7s}")
-    for spec in (dict(batchsize=4, qseqlen=1, kvseqlen=1024, seed=1), dict(batchsize=256, qseqlen=1, kvseqlen=8192, seed=2)):
-        for pattern in ("same", "fresh", "check", "gc_off", "prewarm"):
-            r = run(spec, pattern)
-            shape = f"{spec['batchsize']}x{spec['kvseqlen']}"
-            print(f"{shape:10s} {pattern:8s} " + " ".join(f"{v:8.1f}" for v in r), flush=True)
+    main()
