@@ -26,19 +26,26 @@ def load(problem: str = ".") -> SimpleNamespace:
     return SimpleNamespace(reference=reference, utils=utils, submission=submission, cases=cases)
 
 
+def hold_gpu(seconds: float) -> None:
+    """Queue a spin of about this long on the current stream (cycles from the device's clock), so that
+    the host can queue what follows before the GPU reaches it."""
+    import torch
+
+    torch.cuda._sleep(int(seconds * torch.cuda.get_device_properties(0).clock_rate * 1e3))
+
+
 def queued_gpu_us(fn, flush, warm=None) -> float:
     """GPU time of fn() in us after flush(), with the GPU held ~200 us so that the host queues the
     whole call before the GPU reaches it: no host time in it (the flush's after-effects are).
     warm: run between the flush and the timed call (untimed), e.g. to bring code back into L2."""
     import torch
 
-    cycles = int(200e-6 * torch.cuda.get_device_properties(0).clock_rate * 1e3)
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     flush()
     if warm is not None:
         warm()
-    torch.cuda._sleep(cycles)
+    hold_gpu(200e-6)
     start.record()
     fn()
     end.record()
