@@ -1,5 +1,6 @@
 """
-Evaluation harness (GPU MODE runner protocol, readable by hand).
+Evaluation harness (GPU MODE runner protocol, readable by hand): a judge process that generates the
+inputs, checks the outputs and verifies the times, and a worker process that runs the submission.
 
     python eval.py test         [TESTS_FILE] [--problem DIR] [--submission FILE]
     python eval.py benchmark    [TESTS_FILE] ...
@@ -7,35 +8,55 @@ Evaluation harness (GPU MODE runner protocol, readable by hand).
     python eval.py profile      [TESTS_FILE] ...
 
 test         generate each case, run custom_kernel once on a copy, check it against the reference.
-benchmark    check once, then time repeated calls (CUDA events, L2 flushed before each call).
-leaderboard  like benchmark, but every timed call gets freshly generated inputs (new seeds) and every
-             output is checked, so nothing can be cached between calls. The ranking score is the
-             geometric mean of the per-case mean times.
+benchmark    check one call, then time repeated calls on the same input (every output checked).
+leaderboard  like benchmark, but every timed call gets a freshly generated input from a secret seed
+             (so nothing can be cached between calls). The ranking score is the geometric mean of
+             the per-case mean times.
 profile      one call per case under torch.profiler; prints its table.
 
 Without TESTS_FILE the cases come from DIR/task.yml (`tests` for test mode, `benchmarks` otherwise).
 A tests file has one case per line, `key: value; key: value` (GPU MODE's format).
 DIR defaults to this file's directory (the MLA decode problem); FILE defaults to DIR/submission.py.
 
+A timed call is the device time of custom_kernel(data): the GPU is held until the call has returned,
+so the host's time to enqueue it is measured beside the score (host/call), not in it. The judge
+writes the call's inputs only after the call has returned, then flushes L2 (left clean) and releases
+the GPU: nothing that depends on the inputs can run before the clock starts. Times are measured in
+the worker and checked against the judge's own clock (README "What the judge guarantees").
+
 Runner protocol: when POPCORN_FD names an open file descriptor, results are also written there as
 `key: value` lines (check, test-count, test.N.spec/status/error/message, benchmark-count,
-benchmark.N.spec/runs/mean/std/err/best/worst, times in ns). POPCORN_SEED, if set, is combined with
-every case's seed. Exit codes: 0 all passed, 112 something failed, 111 POPCORN_FD is not an open
-descriptor, 113 the tests file or task.yml is malformed, 2 bad command line.
+benchmark.N.spec/runs/mean/std/err/best/worst/host/floor/judge/early, times in ns). POPCORN_SEED, if
+set, is combined with every case's seed. Exit codes: 0 all passed, 112 something failed, 111
+POPCORN_FD is not an open descriptor, 113 the tests file or task.yml is malformed, 2 bad command line.
 
-Every case runs in a spawned worker process with the per-case timeout from task.yml; an exception,
-crash or hang in the submission fails that case, the worker is restarted and the run goes on.
+Every case runs in the worker with the per-case timeout from task.yml; an exception, crash or hang
+in the submission fails that case, the worker is restarted and the run goes on (benchmark and
+leaderboard stop at the first failed case).
 """
 import argparse
 import base64
+import ctypes
 import dataclasses
+import functools
+import gc
 import inspect
+import json
 import math
-import multiprocessing
+import mmap
 import os
+import pickle
 import re
 import secrets
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
 import sys
+import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -44,12 +65,44 @@ ROOT = Path(__file__).resolve().parent
 MODES = ("test", "benchmark", "leaderboard", "profile")
 EXIT_OK, EXIT_FAIL, EXIT_BAD_FD, EXIT_BAD_TESTS = 0, 112, 111, 113
 
-# GPU MODE's stopping rule: at least 3 runs; stop when the standard error of the mean is under 0.1 %
-# of the mean, when the summed kernel time passes max_time, or after 120 s of wall-clock time.
+# Stopping rule (GPU MODE's, with a floor of MIN_RUNS so that the judge's clock has enough calls to
+# check): stop when the standard error of the mean is under 0.1 % of the mean, when the summed time
+# passes max_time, or after WALL_LIMIT_NS of wall-clock time.
 BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS = 1000, 50e9
 RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS = 100, 30e9
 WALL_LIMIT_NS = 120e9
+MIN_RUNS = 10
 WARMUP_CALLS = 3
+
+# The judge's clock against the worker's: a case fails when its reported times are below what the
+# judge's clock allows by more than max(absolute margin, MARGIN_REL * reported mean). The absolute
+# margin is 20 us on a GPU; on the CPU, where the judge, the worker and the null worker share a few
+# cores and their wake-ups dominate, 2 ms. The judge's own overhead is measured on the same protocol
+# with a null submission that takes as long as the measured calls (a spin on the GPU, a busy wait on
+# the CPU): NULL_CALIBRATION calls before a case's timed calls, then one after every NULL_EVERY of
+# them. The slowest TRIM of the calls on each side are left out, so that a host hiccup in one call
+# cannot fail an honest case.
+MARGIN_ABS_NS = {"cuda": 20e3, "cpu": 2e6}
+MARGIN_REL = 0.15
+NULL_CALIBRATION, NULL_EVERY, TRIM = 10, 4, 0.05
+
+# How long the GPU stays held for a call that has not returned (one that synchronises, or a host path
+# slower than this): then the judge releases it and the rest of the call is timed as it runs.
+RETURN_WAIT_S = 0.005
+HOLD_TIMEOUT_NS = 60_000_000_000  # the hold kernel lets go by itself after this, whatever happens
+# On a GPU machine both sides poll for the other's next message for this long before they sleep on it:
+# a process woken from sleep takes a time that grows with how long it slept (tens to hundreds of us on
+# a VM), which would otherwise be most of the judge's clock. (On a CPU machine the cores do the work.)
+POLL_S = 0.02
+
+# Peak device-memory bandwidth (datasheet, bytes/s) by device name; the memory floor of a case is the
+# bytes its reference says one call must move (reference.min_bytes) over this. The largest figure of
+# each name family, so that no correct call can be under its floor.
+PEAK_BANDWIDTH = (("GH200", 4.9e12), ("H200", 4.8e12), ("H100", 3.9e12), ("H800", 3.35e12),
+                  ("B200", 8.0e12), ("B100", 8.0e12), ("A100", 2.04e12))
+
+REPORT_LINE_LIMIT, RELAY_LINE_LIMIT, RELAY_LINE_CHARS = 400, 2000, 2000
+WORKER_FRAME_LIMIT = 8 << 20
 
 
 class DefinitionError(Exception):
@@ -152,7 +205,7 @@ def make_cases(cases: list[dict], seed: int | None) -> list[TestCase]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Worker process: everything that touches the submission runs here
+# Statistics (computed by the judge from the times the worker reports)
 # ---------------------------------------------------------------------------------------------
 @dataclasses.dataclass
 class Stats:
@@ -172,341 +225,1389 @@ def calculate_stats(durations: list[float]) -> Stats:
                  worst=float(max(durations)))
 
 
-class _Job:
-    """The jobs a worker runs; each returns plain Python values (they cross a pipe)."""
+def trimmed_mean(values: list[float], trim: float = TRIM) -> float:
+    """Mean of values without the largest `trim` fraction of them."""
+    keep = sorted(values)[: max(1, len(values) - int(trim * len(values)))]
+    return sum(keep) / len(keep)
 
-    def __init__(self, problem_dir: str, submission: str):
-        sys.path[:0] = [problem_dir, str(ROOT)]
+
+# ---------------------------------------------------------------------------------------------
+# Operating-system guards: the judge out of the worker's reach, the worker confined (Linux)
+# ---------------------------------------------------------------------------------------------
+PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 4, 36, 38
+PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 28, 47, 4
+# SECBIT_NOROOT, NO_SETUID_FIXUP, KEEP_CAPS_LOCKED, NO_CAP_AMBIENT_RAISE and their locks: a root
+# worker does not get its capabilities back by exec'ing anything.
+SECUREBITS_LOCKED_DOWN = 0b11101111
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+def protect_judge() -> None:
+    """The judge is not dumpable, so that a process of the same user (the worker) can neither ptrace
+    it nor open its /proc files (fd, mem, environ); and it is the subreaper of everything it starts,
+    so that a worker's detached descendants stay in its tree, where stop() finds them."""
+    libc = _libc()
+    if libc is None or not sys.platform.startswith("linux"):
+        return
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+# Landlock (Linux 5.13+): the worker may write only under its sandbox, the device nodes and a compile
+# cache the host named; it cannot ptrace, open /proc files of, or (ABI 6+) signal any process outside
+# its own domain. Rights: file writes, removals, creations, rename/link across dirs (ABI 2), truncation
+# (ABI 3), device ioctls (ABI 5).
+_LL_WRITE_RIGHTS = ((1, (1 << 1) | (1 << 4) | (1 << 5) | (0x7F << 6)), (2, 1 << 13), (3, 1 << 14), (5, 1 << 15))
+_LL_SCOPE_SIGNAL_AND_SOCKETS = 0b11  # ABI 6
+
+
+class _LandlockRulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _LandlockPathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def confine_worker(writable: list[str]) -> list[str]:
+    """Run in the worker before it imports torch or the submission; returns what holds, in words."""
+    held = []
+    libc = _libc()
+    if libc is None or not sys.platform.startswith("linux"):
+        return ["no confinement (not Linux)"]
+    if _capabilities_effective():
+        libc.prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN, 0, 0, 0)
+        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text()) if Path("/proc/sys/kernel/cap_last_cap").exists() else 40
+        for cap in range(last + 1):
+            libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+        libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        data = (ctypes.c_uint32 * 6)()
+        if libc.capset(header, data) != 0 or _capabilities_effective():
+            raise RuntimeError(f"could not drop the worker's capabilities: {os.strerror(ctypes.get_errno())}")
+        held.append("no capabilities")
+    libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # landlock_create_ruleset(VERSION)
+    if abi < 1:
+        held.append("no Landlock on this kernel: the submission's process can write what this user can "
+                    "write and signal the judge; the judge checks its own files when the run ends")
+        return held
+    rights = 0
+    for min_abi, bits in _LL_WRITE_RIGHTS:
+        rights |= bits if abi >= min_abi else 0
+    attr = _LandlockRulesetAttr(rights, 0, _LL_SCOPE_SIGNAL_AND_SOCKETS if abi >= 6 else 0)
+    ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise RuntimeError(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
+    try:
+        for path in writable:
+            if not os.path.isdir(path):
+                continue
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = _LandlockPathBeneath(rights, fd)
+                if libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) != 0:
+                    raise RuntimeError(f"landlock_add_rule({path}): {os.strerror(ctypes.get_errno())}")
+            finally:
+                os.close(fd)
+        if libc.syscall(446, ruleset, 0) != 0:
+            raise RuntimeError(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(ruleset)
+    held.append(f"Landlock ABI {abi}: writes only under its sandbox, /dev and its own /proc, no ptrace or /proc access to "
+                f"the judge" + (", no signals to it" if abi >= 6 else
+                                " (this kernel cannot scope signals: the submission can signal the judge)"))
+    return held
+
+
+def _capabilities_effective() -> bool:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16) != 0
+    except OSError:
+        pass
+    return os.geteuid() == 0
+
+
+def _process_tree() -> dict[int, list[int]]:
+    """parent pid -> live child pids, from /proc (zombies left out)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def kill_descendants(keep: set[int], unreaped: set[int] = frozenset()) -> None:
+    """SIGKILL every descendant of this process except the subtrees rooted at `keep`, until none is
+    left (a descendant that forks while this runs is found on the next pass); reap those that became
+    the judge's children, except `unreaped` (processes whose Popen object reaps them)."""
+    if not Path("/proc/self/stat").exists():
+        return
+    me = os.getpid()
+    for _ in range(200):
+        tree, found, todo = _process_tree(), [], [me]
+        while todo:
+            for child in tree.get(todo.pop(), []):
+                if child not in keep:
+                    found.append(child)
+                    todo.append(child)
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        for pid in found:
+            if pid not in unreaped:
+                try:
+                    os.waitpid(pid, 0)  # the orphans it adopted are the judge's to reap
+                except ChildProcessError:
+                    pass
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA driver calls (ctypes): allocations shared by IPC handle, host-memory registration, the hold
+# ---------------------------------------------------------------------------------------------
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+class CudaDriver:
+    """The few driver calls torch does not expose, made in torch's (primary) context of this thread."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcHandle, ctypes.c_uint]
+        self._call("cuInit", ctypes.c_uint(0))
+
+    def _call(self, name, *args):
+        rc = getattr(self.lib, name)(*args)
+        if rc != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorString(rc, ctypes.byref(text))
+            raise RuntimeError(f"{name}: CUDA error {rc} ({(text.value or b'unknown').decode()})")
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = ctypes.c_uint64()
+        self._call("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(nbytes))
+        return ptr.value
+
+    def ipc_handle(self, ptr: int) -> bytes:
+        handle = _IpcHandle()
+        self._call("cuIpcGetMemHandle", ctypes.byref(handle), ctypes.c_uint64(ptr))
+        return bytes(handle)  # all 64 bytes (the field itself would stop at the first zero byte)
+
+    def ipc_open(self, handle: bytes) -> int:
+        ptr = ctypes.c_uint64()
+        self._call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), _IpcHandle.from_buffer_copy(handle), 1)
+        return ptr.value
+
+    def host_register(self, addr: int, nbytes: int) -> int:
+        """Pins host memory for the device (portable, mapped); returns its device address."""
+        self._call("cuMemHostRegister_v2", ctypes.c_void_p(addr), ctypes.c_size_t(nbytes), ctypes.c_uint(3))
+        dev = ctypes.c_uint64()
+        self._call("cuMemHostGetDevicePointer_v2", ctypes.byref(dev), ctypes.c_void_p(addr), ctypes.c_uint(0))
+        return dev.value
+
+    def function(self, ptx: str, name: str):
+        module, fn = ctypes.c_void_p(), ctypes.c_void_p()
+        self._call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(ptx.encode()))
+        self._call("cuModuleGetFunction", ctypes.byref(fn), module, name.encode())
+        return fn
+
+    def launch(self, fn, grid: int, block: int, stream: int, args) -> None:
+        params = (ctypes.c_void_p * len(args))(*(ctypes.cast(ctypes.pointer(a), ctypes.c_void_p) for a in args))
+        self._call("cuLaunchKernel", fn, ctypes.c_uint(grid), ctypes.c_uint(1), ctypes.c_uint(1),
+                   ctypes.c_uint(block), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(0),
+                   ctypes.c_void_p(stream), params, None)
+
+    def reset_persisting_l2(self) -> None:
+        """Lines a submission marked persisting (cudaAccessPolicyWindow) become evictable again."""
+        self._call("cuCtxResetPersistingL2Cache")
+
+
+class _CudaArray:
+    """A raw device allocation as __cuda_array_interface__, for torch.as_tensor (no copy)."""
+
+    def __init__(self, ptr: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (ptr, False),
+                                         "version": 3, "strides": None}
+
+
+# The hold: one launch that fills every SM's thread slots (so no kernel of the worker's, on any stream,
+# can start beside it) and lets go when the judge writes a release count >= target into host memory.
+_HOLD_PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry eval_hold(.param .u64 flag, .param .u32 target, .param .u64 timeout_ns)
+{
+    .reg .pred %p<4>;
+    .reg .b32 %r<5>;
+    .reg .b64 %rd<6>;
+    mov.u32 %r0, %tid.x;
+    setp.ne.u32 %p0, %r0, 0;
+    @%p0 bra DONE;
+    ld.param.u64 %rd0, [flag];
+    ld.param.u32 %r1, [target];
+    ld.param.u64 %rd1, [timeout_ns];
+    mov.u64 %rd2, %globaltimer;
+    add.u64 %rd3, %rd2, %rd1;
+POLL:
+    ld.relaxed.sys.global.u32 %r2, [%rd0];
+    sub.s32 %r3, %r2, %r1;
+    setp.ge.s32 %p1, %r3, 0;
+    @%p1 bra DONE;
+    mov.u64 %rd4, %globaltimer;
+    setp.gt.u64 %p2, %rd4, %rd3;
+    @%p2 bra DONE;
+    nanosleep.u32 200;
+    bra POLL;
+DONE:
+    bar.sync 0;
+    ret;
+}
+"""
+
+
+# The null submission's stand-in for a call's work: one thread that spins for a given time, so that the
+# null protocol keeps the GPU (and the judge, waiting) busy as long as the measured call did.
+_SPIN_PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry eval_spin(.param .u64 duration_ns)
+{
+    .reg .pred %p<2>;
+    .reg .b64 %rd<5>;
+    ld.param.u64 %rd0, [duration_ns];
+    mov.u64 %rd1, %globaltimer;
+    add.u64 %rd2, %rd1, %rd0;
+SPIN:
+    mov.u64 %rd3, %globaltimer;
+    setp.lt.u64 %p0, %rd3, %rd2;
+    @%p0 bra SPIN;
+    ret;
+}
+"""
+
+
+# The judge's clock on the GPU: one thread writes %globaltimer (ns) to an address. The judge stamps its
+# own stream right before it releases the worker and again once the worker's "staged" event has fired,
+# so what lies between is GPU time only (no process wake-ups), measured in the judge's context.
+_STAMP_PTX = r"""
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry eval_stamp(.param .u64 out)
+{
+    .reg .b64 %rd<3>;
+    ld.param.u64 %rd0, [out];
+    mov.u64 %rd1, %globaltimer;
+    st.global.u64 [%rd0], %rd1;
+    ret;
+}
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared memory between the judge and a worker: regions, and the inputs' layout in them
+# ---------------------------------------------------------------------------------------------
+@functools.cache
+def _dtypes() -> dict:
+    """torch's dtypes by name ("torch.bfloat16"): how dtypes cross between the processes."""
+    import torch
+
+    return {str(v): v for v in vars(torch).values() if isinstance(v, torch.dtype)}
+
+
+class SharedRegion:
+    """Judge-owned memory that workers map: the arena (the worker's copy of the inputs) or the result
+    (where the worker copies the output's bytes). On a GPU, a raw driver allocation shared by IPC handle
+    and never returned to torch's caching allocator, so that a worker's mapping can never come to alias
+    the judge's own tensors; regions live until the judge exits. On the CPU, a file in the sandbox."""
+
+    def __init__(self, nbytes: int, cuda: bool, driver, directory: Path, name: str):
         import torch
-        import reference
-        import utils
 
-        self.torch, self.reference, self.utils = torch, reference, utils
-        # Bound before the submission is imported, so that rebinding reference.check_implementation
-        # from the submission does not change what checks it.
-        self._check = reference.check_implementation
-        self.submission_path = submission
-        self.cuda = torch.cuda.is_available()
-        self.flush = utils.L2Flush() if self.cuda else (lambda: None)
-        self._kernel = None
+        self.nbytes = max(int(nbytes), 1)
+        if cuda:
+            ptr = driver.alloc(self.nbytes)
+            self.tensor = torch.as_tensor(_CudaArray(ptr, self.nbytes))
+            self.tensor.zero_()  # a fresh allocation may hold what the judge's context freed before
+            self.handle = ("cuda", driver.ipc_handle(ptr), self.nbytes)
+        else:
+            path = directory / name
+            with open(path, "wb") as f:
+                f.truncate(self.nbytes)
+            self._file = open(path, "r+b")
+            self._map = mmap.mmap(self._file.fileno(), self.nbytes)
+            self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
+            self.handle = ("file", name, self.nbytes)
+
+
+def open_region(handle, driver, sandbox: Path):
+    """The worker's view of a SharedRegion: (uint8 tensor, object that keeps the mapping alive)."""
+    import torch
+
+    kind, ref, nbytes = handle
+    if kind == "cuda":
+        return torch.as_tensor(_CudaArray(driver.ipc_open(ref), nbytes)), None
+    f = open(sandbox / ref, "r+b")
+    m = mmap.mmap(f.fileno(), nbytes)
+    return torch.frombuffer(m, dtype=torch.uint8), (f, m)
+
+
+class InputLayout:
+    """Where each tensor of an input lives in the arena. `structure` is the input with every tensor
+    replaced by ("tensor", i); `specs[i]` is (byte offset, dtype, shape, strides). The worker builds
+    its copy of the input as views of the arena from these (it never sees the judge's tensors)."""
+
+    ALIGN = 512
+
+    def __init__(self, data):
+        self.tensors, self.specs, self.spans = [], [], []
+        self.nbytes = 0
+        self.structure = self._walk(data)
+
+    def _walk(self, x):
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            span = 1 + sum((n - 1) * s for n, s in zip(x.shape, x.stride())) if x.numel() else 0
+            offset = -(-self.nbytes // self.ALIGN) * self.ALIGN
+            nbytes = span * x.element_size()
+            self.tensors.append(x)
+            self.specs.append((offset, str(x.dtype), tuple(x.shape), tuple(x.stride())))
+            self.spans.append((offset, nbytes, x.is_floating_point() or x.dtype == torch.uint8))
+            self.nbytes = offset + nbytes
+            return ("tensor", len(self.tensors) - 1)
+        if isinstance(x, (tuple, list)):
+            return ("tuple" if isinstance(x, tuple) else "list", [self._walk(v) for v in x])
+        if isinstance(x, dict):
+            return ("dict", [(k, self._walk(v)) for k, v in x.items()])
+        if x is None or isinstance(x, (bool, int, float, str)):
+            return ("value", x)
+        raise TypeError(f"generate_input returned a {type(x).__name__}; the judge can pass tensors, tuples, "
+                        f"lists, dicts and plain values to the worker")
+
+    def views(self, arena) -> list:
+        return [arena_view(arena, spec) for spec in self.specs]
+
+    def write(self, views) -> None:
+        for view, tensor in zip(views, self.tensors):
+            view.copy_(tensor)
+
+    def poison(self, arena) -> None:
+        """Every input byte garbage (0xFF: NaN for floats, for data bytes) or zero (indices), so that
+        work done before the judge writes the call's inputs computes nothing of use."""
+        for offset, nbytes, as_nan in self.spans:
+            arena[offset:offset + nbytes].fill_(0xFF if as_nan else 0)
+
+
+def arena_view(arena, spec):
+    offset, dtype, shape, stride = spec
+    dt = _dtypes()[dtype] if isinstance(dtype, str) else dtype
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, stride)) if all(shape) else 0
+    flat = arena[offset:offset + span * dt.itemsize].view(dt)
+    return flat.as_strided(shape, stride)
+
+
+def build_input(structure, views):
+    kind, body = structure
+    if kind == "tensor":
+        return views[body]
+    if kind in ("tuple", "list"):
+        items = [build_input(s, views) for s in body]
+        return tuple(items) if kind == "tuple" else items
+    if kind == "dict":
+        return {k: build_input(s, views) for k, s in body}
+    return body
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages: length-prefixed frames over a socket pair. The judge sends pickles (the worker trusts
+# the judge); the worker sends JSON (the judge trusts nothing from it and unpickles nothing).
+# ---------------------------------------------------------------------------------------------
+_FRAME = struct.Struct("<I")
+
+
+def send_frame(sock, payload: bytes) -> None:
+    sock.sendall(_FRAME.pack(len(payload)) + payload)
+
+
+def recv_exact(sock, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        if not chunk:
+            raise EOFError("the other side closed the connection")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock, limit: int) -> bytes:
+    (n,) = _FRAME.unpack(recv_exact(sock, _FRAME.size))
+    if n > limit:
+        raise ValueError(f"a message of {n} bytes (limit {limit})")
+    return recv_exact(sock, n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Worker: runs in the submission's process. Nothing here is trusted by the judge: everything it
+# reports is checked (outputs against the reference, times against the judge's clock).
+# ---------------------------------------------------------------------------------------------
+class WorkerSession:
+    def __init__(self, sock, flag_fd: int, role: str):
+        self.sock, self.flag_fd, self.role = sock, flag_fd, role
+        self.cuda = False
+        self.kernel_fn = None
+        self.staged_event = None
+        self.seq, self.mimic_ns, self.null_early = 0, 0, False
+        self.regions = {}
+        self.data = self.result = None
+        self.null_form = None
+
+    def send(self, **msg) -> None:
+        send_frame(self.sock, json.dumps(msg).encode())
+
+    def serve(self) -> None:
+        while True:
+            if self.cuda:  # poll before sleeping (POLL_S)
+                poll_until = time.monotonic() + POLL_S
+                while time.monotonic() < poll_until and not select.select([self.sock], [], [], 0)[0]:
+                    pass
+            try:
+                msg = pickle.loads(recv_frame(self.sock, 1 << 30))
+            except EOFError:
+                return
+            try:
+                getattr(self, "op_" + msg.pop("op"))(**msg)
+            except BaseException as e:
+                self.send(kind="error", message=f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=-8)}")
+
+    def setup(self) -> None:
+        """Confinement first, before any code but this file's runs; then torch and the device."""
+        self.sandbox = Path.cwd()
+        # /proc/self: the CUDA driver writes its own process's files there (thread names).
+        confinement = confine_worker([str(self.sandbox), "/dev", os.path.realpath("/proc/self"),
+                                      os.environ.get("TRITON_CACHE_DIR", "")])
+        import torch
+
+        self.torch, self.cuda = torch, torch.cuda.is_available()
+        if self.cuda:
+            torch.cuda.init()
+            torch.empty(1, device="cuda")  # the primary context, current on this thread
+            self.driver = CudaDriver()
+            self.flag = mmap.mmap(self.flag_fd, 4096)
+            flag_addr = ctypes.addressof(ctypes.c_char.from_buffer(self.flag))
+            self.flag_dev = self.driver.host_register(flag_addr, 4096)
+            self.hold_fn = self.driver.function(_HOLD_PTX, "eval_hold")
+            self.spin_fn = self.driver.function(_SPIN_PTX, "eval_spin")
+            props = torch.cuda.get_device_properties(0)
+            per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
+            blocks_per_sm = -(-per_sm // 1024)
+            self.hold_shape = (props.multi_processor_count * blocks_per_sm, per_sm // blocks_per_sm)
+            self.start_event = torch.cuda.Event(enable_timing=True)
+            self.end_event = torch.cuda.Event(enable_timing=True)
+        else:
+            self.driver = None
+        self.send(kind="ready", confinement=confinement, cuda=self.cuda)
 
     def kernel(self):
-        if self._kernel is None:
+        if self.role == "null":
+            return self._null_kernel
+        if self.kernel_fn is None:
             import importlib.util
 
-            spec = importlib.util.spec_from_file_location("submission", self.submission_path)
+            path = self.sandbox / "submission.py"
+            spec = importlib.util.spec_from_file_location("submission", path)
             module = importlib.util.module_from_spec(spec)
             sys.modules["submission"] = module
             spec.loader.exec_module(module)
             if not callable(getattr(module, "custom_kernel", None)):
-                raise AttributeError(f"{self.submission_path} defines no function custom_kernel(data)")
-            self._kernel = module.custom_kernel
-        return self._kernel
+                raise AttributeError("the submission defines no function custom_kernel(data)")
+            self.kernel_fn = module.custom_kernel
+        return self.kernel_fn
 
-    def sync(self):
+    def op_event(self, handle: bytes):
+        """The judge's interprocess event, recorded once a timed call's output is staged."""
+        self.staged_event = self.torch.cuda.Event.from_ipc_handle(self.torch.cuda.current_device(), handle)
+        self.send(kind="event")
+
+    def op_map(self, arena, result, layout, form):
+        for handle in (arena, result):
+            if handle not in self.regions:
+                self.regions[handle] = open_region(handle, self.driver, self.sandbox)
+        structure, specs = layout
+        views = [arena_view(self.regions[arena][0], spec) for spec in specs]
+        self.data = build_input(structure, views)
+        self.result = self.regions[result][0]
+        self.null_form = form
+        self.send(kind="mapped")
+
+    def _null_kernel(self, data):
+        """An empty output of the right form, after as long as the call being calibrated took: on the GPU
+        a spin kernel of that length, on the CPU a busy wait. For a call that was released before it
+        returned, the null first waits on the host for its release, as such a call does."""
+        shape, dtype, device = self.null_form
+        if self.null_early:
+            give_up = time.monotonic() + HOLD_TIMEOUT_NS / 1e9
+            while struct.unpack_from("<i", self.flag, 0)[0] - self.seq < 0 and time.monotonic() < give_up:
+                pass
+        if self.mimic_ns > 0:
+            if self.cuda:
+                self.driver.launch(self.spin_fn, 1, 1, self.torch.cuda.current_stream().cuda_stream,
+                                   [ctypes.c_uint64(int(self.mimic_ns))])
+            else:
+                end = time.perf_counter_ns() + self.mimic_ns
+                while time.perf_counter_ns() < end:
+                    pass
+        return self.torch.empty(shape, dtype=_dtypes()[dtype], device=device)
+
+    def _stage(self, out) -> dict:
+        """Copies the output's bytes into the result region (on the current stream): what the judge
+        checks is those bytes, whatever object the submission returned."""
+        torch = self.torch
+        if not isinstance(out, torch.Tensor):
+            return {"tensor": False, "type": type(out).__name__}
+        with torch._C.DisableTorchFunctionSubclass():
+            t = torch.Tensor.as_subclass(out, torch.Tensor).detach()
+            nbytes = t.numel() * t.element_size()
+            meta = {"tensor": True, "dtype": str(t.dtype), "shape": list(t.shape), "device": t.device.type,
+                    "nbytes": nbytes, "copied": nbytes == self.result.numel()}
+            if meta["copied"] and nbytes:
+                self.result.copy_(t.contiguous().reshape(-1).view(torch.uint8))
+            self._staged = t
+        return meta
+
+    def op_call(self):
+        """One untimed call; `changed` says whether the output still changed after the call returned."""
+        out = self.kernel()(self.data)
+        meta = self._stage(out)
+        if self.cuda:
+            self.torch.cuda.synchronize()
+        changed = False
+        if meta.get("copied") and meta["nbytes"]:
+            now = self._staged.contiguous().reshape(-1).view(self.torch.uint8)
+            changed = not self.torch.equal(now.to(self.result.device), self.result)
+        self.send(kind="done", output=meta, changed=changed)
+
+    def op_timed(self, seq: int, mimic_ns: float = 0, early: bool = False):
+        self.seq, self.mimic_ns, self.null_early = seq, mimic_ns, early
+        gc.disable()
+        try:
+            (self._timed_gpu if self.cuda else self._timed_cpu)(seq)
+        finally:
+            gc.enable()
+
+    def _timed_gpu(self, seq: int):
+        torch = self.torch
+        torch.cuda.synchronize()
+        stream = torch.cuda.current_stream()
+        self.driver.launch(self.hold_fn, *self.hold_shape, stream.cuda_stream,
+                           [ctypes.c_uint64(self.flag_dev), ctypes.c_uint32(seq), ctypes.c_uint64(HOLD_TIMEOUT_NS)])
+        self.start_event.record(stream)
+        t0 = time.perf_counter_ns()
+        out = self.kernel()(self.data)
+        t1 = time.perf_counter_ns()
+        self.end_event.record(stream)
+        meta = self._stage(out)
+        self.staged_event.record(stream)
+        self.send(kind="enqueued", host_ns=t1 - t0)
+        self.end_event.synchronize()
+        device_ns = self.start_event.elapsed_time(self.end_event) * 1e6
+        torch.cuda.synchronize()
+        self.send(kind="done", device_ns=device_ns, output=meta)
+
+    def _timed_cpu(self, seq: int):
+        t0 = time.perf_counter_ns()
+        out = self.kernel()(self.data)
+        t1 = time.perf_counter_ns()
+        meta = self._stage(out)
+        self.send(kind="done", device_ns=float(t1 - t0), output=meta)
+
+    def op_profile(self):
+        from torch.profiler import ProfilerActivity, profile
+
+        torch, kernel = self.torch, self.kernel()
+        kernel(self.data)  # compile outside the profile
+        if self.cuda:
+            torch.cuda.synchronize()
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        with profile(activities=activities) as prof:
+            kernel(self.data)
+            if self.cuda:
+                torch.cuda.synchronize()
+        sort = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
+        self.send(kind="profile", table=prof.key_averages().table(sort_by=sort, row_limit=20))
+
+
+def worker_main(argv: list[str]) -> int:
+    """eval.py --worker SOCKET_FD FLAG_FD ROLE, started by the judge in its sandbox."""
+    sock_fd, flag_fd, role = int(argv[0]), int(argv[1]), argv[2]
+    session = WorkerSession(socket.socket(fileno=sock_fd), flag_fd, role)
+    try:
+        session.setup()
+    except BaseException as e:
+        session.send(kind="error", message=f"worker start-up failed: {type(e).__name__}: {e}\n"
+                                           f"{traceback.format_exc(limit=-4)}")
+        return 1
+    session.serve()
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Judge side of a worker: the sandbox it runs in, its process, its messages
+# ---------------------------------------------------------------------------------------------
+class CaseFailure(Exception):
+    """The case could not produce a result: exception, crash or timeout in the worker."""
+
+
+class Sandbox:
+    """A fresh directory the worker runs in: copies of the problem's modules and of this file, the
+    submission as submission.py, its home, temp and compile-cache folders, and the CPU regions. The
+    worker's environment holds none of the runner's POPCORN_* variables."""
+
+    def __init__(self, problem: Path, submission: Path):
+        self.dir = Path(tempfile.mkdtemp(prefix="eval-sandbox-"))
+        for f in problem.glob("*.py"):
+            shutil.copy2(f, self.dir / f.name)
+        if not (self.dir / "utils.py").exists():
+            shutil.copy2(ROOT / "utils.py", self.dir / "utils.py")
+        shutil.copy2(Path(__file__).resolve(), self.dir / "eval.py")
+        shutil.copy2(submission, self.dir / "submission.py")
+        self.writable = []
+        env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN")}
+        for var, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache")):
+            (self.dir / sub).mkdir()
+            env[var] = str(self.dir / sub)
+        if env.get("TRITON_CACHE_DIR"):  # the host's compile cache: the worker may write there
+            self.writable.append(env["TRITON_CACHE_DIR"])
+        else:
+            env["TRITON_CACHE_DIR"] = str(self.dir / "cache" / "triton")
+        env["PYTHONUNBUFFERED"] = "1"
+        self.env = env
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class WorkerProcess:
+    """One worker: `submission` runs custom_kernel, `null` runs a null submission (an empty output of the
+    right form) on the same protocol, for the judge's overhead. Its stdout and stderr are relayed,
+    prefixed, as the submission's output; on stop, every process it started is killed."""
+
+    live: set = set()  # pids of running workers (kill_descendants spares the others' trees)
+
+    def __init__(self, sandbox: Sandbox, role: str, report: "Report"):
+        self.sandbox, self.role, self.report = sandbox, role, report
+        self.cuda = self.driver = None
+        self.proc = self.sock = None
+        self.seq = 0
+        self.mapped = None
+        self.confinement = []
+        self.flag_fd = self.flag = None
+        if hasattr(os, "memfd_create"):  # the release count the GPU hold polls, shared with the worker
+            self.flag_fd = os.memfd_create(f"eval-{role}-release")
+            os.ftruncate(self.flag_fd, 4096)
+            self.flag = mmap.mmap(self.flag_fd, 4096)
+
+    def spawn(self) -> None:
+        """Starts the process (it sets itself up, then says it is ready: see handshake)."""
+        parent, child = socket.socketpair()
+        fds = (child.fileno(),) + ((self.flag_fd,) if self.flag_fd is not None else ())
+        cmd = [sys.executable, str(self.sandbox.dir / "eval.py"), "--worker", str(child.fileno()),
+               str(self.flag_fd if self.flag_fd is not None else -1), self.role]
+        if self.flag is not None:
+            struct.pack_into("<i", self.flag, 0, 0)
+        self.proc = subprocess.Popen(cmd, cwd=self.sandbox.dir, env=self.sandbox.env, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=fds,
+                                     start_new_session=True)
+        child.close()
+        self.sock, self.seq, self.mapped = parent, 0, None
+        WorkerProcess.live.add(self.proc.pid)
+        self._relay = threading.Thread(target=self._relay_output, args=(self.proc.stdout,), daemon=True)
+        self._relay.start()
+
+    def attach(self, cuda: bool, driver) -> None:
+        """The judge's side of the release flag, once the judge has its own CUDA context."""
+        self.cuda, self.driver = cuda, driver
+        if cuda:
+            import torch
+
+            driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.flag)), 4096)
+            self.flag_tensor = torch.frombuffer(self.flag, dtype=torch.int32, count=1)
+            self.release_value = torch.zeros(1, dtype=torch.int32, device="cuda")
+            self.staged_event = torch.cuda.Event(blocking=False, enable_timing=False, interprocess=True)
+
+    def handshake(self, deadline: float) -> None:
+        ready = self.receive("ready", deadline)
+        self.confinement = [str(c) for c in ready.get("confinement", [])]
+        if bool(ready.get("cuda")) != self.cuda:
+            raise CaseFailure(f"the worker {'sees' if ready.get('cuda') else 'does not see'} a CUDA device and "
+                              f"the judge {'does' if self.cuda else 'does not'}")
+        if self.cuda:
+            self.send(op="event", handle=self.staged_event.ipc_handle())
+            self.receive("event", deadline)
+
+    def start(self, deadline: float) -> None:
+        self.spawn()
+        self.handshake(deadline)
+
+    def _relay_output(self, pipe) -> None:
+        for raw in iter(pipe.readline, b""):
+            self.report.relay(self.role, raw.decode(errors="replace").rstrip("\n"))
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def send(self, **msg) -> None:
+        try:
+            send_frame(self.sock, pickle.dumps(msg))
+        except OSError as e:
+            raise CaseFailure(self._death(f"could not be reached ({e})")) from None
+
+    def receive(self, kind: str, deadline: float, or_none: bool = False, poll: bool = False) -> dict | None:
+        """The next message, which must be of `kind`; an error message or a dead worker fails the case.
+        At the deadline: None if or_none, else the case fails (it timed out). poll: see POLL_S."""
+        poll_until = time.monotonic() + (POLL_S if poll else 0)
+        while True:
+            now = time.monotonic()
+            remaining = deadline - now
+            if remaining <= 0:
+                if or_none:
+                    return None
+                raise CaseFailure("timed out (per-case limit from task.yml)")
+            ready, _, _ = select.select([self.sock], [], [], 0 if now < poll_until else min(remaining, 0.2))
+            if not ready:
+                if self.proc.poll() is not None:
+                    raise CaseFailure(self._death("died"))
+                continue
+            self.sock.settimeout(max(remaining, 0.01))
+            try:
+                msg = json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT))
+            except socket.timeout:
+                raise CaseFailure("timed out in the middle of a message (per-case limit from task.yml)") from None
+            except (EOFError, OSError):
+                self.proc.wait(timeout=5) if self.proc.poll() is None else None
+                raise CaseFailure(self._death("died")) from None
+            except ValueError as e:
+                raise CaseFailure(f"the submission's process sent a malformed message ({e})") from None
+            finally:
+                self.sock.settimeout(None)
+            if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
+                raise CaseFailure("the submission's process sent a malformed message")
+            if msg["kind"] == "error":
+                raise CaseFailure(str(msg.get("message", "error")))
+            if msg["kind"] != kind:
+                raise CaseFailure(f"the submission's process sent {msg['kind']!r} where the judge expected {kind!r}")
+            return msg
+
+    def _death(self, what: str) -> str:
+        code = self.proc.poll()
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            hint = " (killed: most often the machine ran out of memory)" if -code == signal.SIGKILL else ""
+            return f"the worker process {what}: killed by signal {name}{hint}"
+        return f"the worker process {what} (exit code {code}) while running the submission"
+
+    def release(self, seq: int, stream_ordered: bool = True) -> None:
+        """Lets the worker's hold for call `seq` go: stream-ordered after the judge's GPU work so far,
+        or at once from the host."""
+        if stream_ordered:
+            self.release_value.fill_(seq)
+            self.flag_tensor.copy_(self.release_value, non_blocking=True)
+        else:
+            struct.pack_into("<i", self.flag, 0, seq)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        WorkerProcess.live.discard(self.proc.pid)
+        kill_descendants(keep=set(WorkerProcess.live), unreaped={self.proc.pid})
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self._relay.join(timeout=5)
+        self.proc.stdout.close()
+        self.sock.close()
+        self.proc = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Judge: inputs, calls, checks and the timing check
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Prepared:
+    """One input, as the judge holds it: where its pristine tensors go in the arena, its check, and the
+    memory floor of a call on it."""
+    layout: InputLayout
+    check: object
+    floor_ns: float | None
+
+
+@dataclasses.dataclass
+class TimedCall:
+    device_ns: float   # the worker's measure (the ranked number)
+    judge_ns: float    # the judge's clock: on a GPU its stamps around the release and the staged output;
+    #                    on the CPU, call sent to answer received
+    host_ns: float     # the judge's clock: call sent to custom_kernel returned (GPU only)
+    early: bool        # the GPU was released before custom_kernel returned
+
+
+class Judge:
+    def __init__(self, problem: Path, submission: Path, report: "Report", timed: bool):
+        self.report = report
+        self.sandbox = Sandbox(problem, submission)
+        # The workers import torch while the judge does (they set themselves up unprompted).
+        self.worker = WorkerProcess(self.sandbox, "submission", report)
+        self.null = WorkerProcess(self.sandbox, "null", report) if timed else None
+        for w in (self.worker, self.null):
+            if w is not None:
+                w.spawn()
+        import torch
+        import reference
+        import utils
+
+        self.torch, self.reference = torch, reference
+        self.cuda = torch.cuda.is_available()
+        self.flush = utils.L2Flush() if self.cuda else None  # also makes torch's context current
+        self.driver = CudaDriver() if self.cuda else None
+        self.peak_bw = peak_bandwidth(torch) if self.cuda else None
+        for w in (self.worker, self.null):
+            if w is not None:
+                w.attach(self.cuda, self.driver)
+        if self.cuda:
+            self.stamp_fn = self.driver.function(_STAMP_PTX, "eval_stamp")
+            self.stamps = torch.zeros(2, dtype=torch.int64, device="cuda")
+        self.arena = self.result = None
+        self.form = None
+        self.regions = 0
+
+    def describe(self) -> str:
+        torch = self.torch
+        device = "cpu"
+        if self.cuda:
+            p = torch.cuda.get_device_properties(0)
+            device = f"{p.name} (sm_{p.major}{p.minor}, {p.multi_processor_count} SMs)"
+        return f"{device}  (torch {torch.__version__}, triton {triton_version()})"
+
+    def ensure_started(self, worker: WorkerProcess, timeout: float) -> None:
+        """A worker that is set up: the one spawned at start, or a new one after a failure."""
+        deadline = time.monotonic() + timeout
+        if worker.running and not worker.confinement:
+            worker.handshake(deadline)
+        elif not worker.running:
+            if worker.proc is not None:
+                worker.stop()
+            worker.start(deadline)
+
+    def close(self) -> None:
+        for w in (self.worker, self.null):
+            if w is not None:
+                w.stop()
+        kill_descendants(keep=set())
+        self.sandbox.remove()
+
+    # -- inputs ------------------------------------------------------------------------------
+    def prepare(self, data, form_too: bool) -> Prepared:
+        """The judge's side of one input: its layout, its check (expected results computed once) and,
+        for a case's first input, the output form every call must return (from the reference)."""
+        torch, ref = self.torch, self.reference
+        if form_too:
+            expected = ref.ref_kernel(data)
+            self.form = (tuple(expected.shape), str(expected.dtype), expected.device.type,
+                         expected.numel() * expected.element_size())
+            del expected
+        make = getattr(ref, "make_checker", None)
+        check = make(data) if make else (lambda out, data=data: ref.check_implementation(data, out))
+        floor = None
+        if self.peak_bw and hasattr(ref, "min_bytes"):
+            floor = ref.min_bytes(data) / self.peak_bw * 1e9
+        layout = InputLayout(data)
+        self._fit(layout.nbytes, self.form[3])
+        if self.cuda:
+            torch.cuda.synchronize()
+        return Prepared(layout, check, floor)
+
+    def _fit(self, arena_bytes: int, result_bytes: int) -> None:
+        """Grows the shared regions as inputs need (old ones stay mapped until the judge exits)."""
+        if self.arena is None or self.arena.nbytes < arena_bytes:
+            self.regions += 1
+            self.arena = SharedRegion(arena_bytes * 5 // 4 + 4096, self.cuda, self.driver, self.sandbox.dir,
+                                      f"arena{self.regions}")
+        if self.result is None or self.result.nbytes != max(result_bytes, 1):
+            self.regions += 1
+            self.result = SharedRegion(result_bytes, self.cuda, self.driver, self.sandbox.dir,
+                                       f"result{self.regions}")
+
+    def _map(self, worker: WorkerProcess, prep: Prepared, deadline: float) -> None:
+        key = (self.arena.handle, self.result.handle, prep.layout.structure, prep.layout.specs)
+        if worker.mapped != key:
+            worker.send(op="map", arena=self.arena.handle, result=self.result.handle,
+                        layout=(prep.layout.structure, prep.layout.specs), form=self.form[:3])
+            worker.receive("mapped", deadline)
+            worker.mapped = key
+
+    def _sync(self) -> None:
         if self.cuda:
             self.torch.cuda.synchronize()
 
-    def check(self, data, output) -> tuple[bool, str]:
+    def _collect(self, meta, raw) -> tuple[object, str]:
+        """The output as the judge's own tensor, from its copy of the result region's bytes: (tensor, '')
+        or (None, why the output cannot be checked)."""
+        shape, dtype, device, nbytes = self.form
+        if not isinstance(meta, dict) or not meta.get("tensor"):
+            name = meta.get("type") if isinstance(meta, dict) else None
+            return None, f"output must be a torch.Tensor, got {name}"
+        dt = _dtypes().get(meta.get("dtype"))
+        got_shape = meta.get("shape")
+        if dt is None or not isinstance(got_shape, list) or not all(isinstance(n, int) and n >= 0 for n in got_shape):
+            return None, "the submission's process described its output incorrectly"
+        if not meta.get("copied") or math.prod(got_shape) * dt.itemsize != nbytes:
+            return None, (f"output is a {dt} tensor of shape {tuple(got_shape)}, expected {dtype} of shape "
+                          f"{shape}")
+        raw = raw[:nbytes]
+        if nbytes and bool((raw == 0xFF).all()):
+            return None, ("the output was never copied back: the judge's poison is still in its place (the "
+                          "call did not finish in the submission's process)")
+        out = raw.view(dt).reshape(got_shape)
+        if meta.get("device") == "cpu" and out.is_cuda:
+            out = out.cpu()
+        return out, ""
+
+    def check(self, prep: Prepared, returned) -> tuple[bool, str]:
+        """returned: (the worker's description of the output, the judge's copy of its bytes)."""
+        out, problem = self._collect(*returned)
+        if out is None:
+            return False, problem
         try:
-            result = self._check(data, output)
+            result = prep.check(out)
         except Exception as e:  # a check must not crash on a bad output, but if it does, it is a fail
             return False, f"check raised {type(e).__name__}: {e}"
         if isinstance(result, tuple):
             return bool(result[0]), str(result[1])
         return not result, str(result)
 
-    def describe(self) -> dict:
-        torch = self.torch
-        info = {"cuda": self.cuda, "torch": torch.__version__, "device": "cpu"}
-        try:
-            import triton
-            info["triton"] = triton.__version__
-        except ImportError:
-            info["triton"] = "not installed"
-        if self.cuda:
-            p = torch.cuda.get_device_properties(0)
-            info["device"] = f"{p.name} (sm_{p.major}{p.minor}, {p.multi_processor_count} SMs)"
-        return info
+    # -- calls -------------------------------------------------------------------------------
+    def call_once(self, prep: Prepared, deadline: float) -> tuple[bool, str]:
+        """One untimed call on the input, checked."""
+        worker = self.worker
+        self._map(worker, prep, deadline)
+        prep.layout.write(prep.layout.views(self.arena.tensor))
+        self.result.tensor.fill_(0xFF)
+        self._sync()
+        worker.send(op="call")
+        done = worker.receive("done", deadline)
+        good, message = self.check(prep, (done.get("output"), self.result.tensor.clone()))
+        if done.get("changed") is True:
+            return False, ("the output changed after custom_kernel returned: finish its work on the current "
+                           "stream (join side streams to it) before returning")
+        return good, message
 
-    def snapshot(self, output):
-        """What the call had produced when it returned: a copy made on the current stream, so
-        work the submission left running on another stream (which the end event would not
-        wait for) is not in it. The copy is made after the timed region."""
-        if self.cuda and isinstance(output, self.torch.Tensor) and output.is_cuda:
-            return output.clone()
-        return output
+    def _stamp(self, i: int) -> None:
+        self.driver.launch(self.stamp_fn, 1, 1, self.torch.cuda.current_stream().cuda_stream,
+                           [ctypes.c_uint64(self.stamps.data_ptr() + 8 * i)])
 
-    def check_returned(self, data, output, snapshot) -> tuple[bool, str]:
-        """Check the snapshot; fail if the output still changed after custom_kernel returned."""
-        self.sync()
-        if snapshot is not output and output.dim() > 0:  # a 0-d output fails the check's shape test
-            as_bytes = lambda t: t.contiguous().view(self.torch.uint8)  # bitwise: NaN == NaN
-            if not self.torch.equal(as_bytes(snapshot), as_bytes(output)):
-                return False, ("the output changed after custom_kernel returned: finish its work on the "
-                               "current stream (join side streams to it) before returning")
-        return self.check(data, snapshot)
-
-    def test(self, args: dict) -> tuple[bool, str]:
-        data = self.reference.generate_input(**args)
-        self.sync()
-        output = self.kernel()(self.utils.clone_data(data))
-        return self.check_returned(data, output, self.snapshot(output))
-
-    def _timed_call(self, data, snapshot: bool):
-        """(output, snapshot or None, ns)."""
+    def timed(self, worker: WorkerProcess, prep: Prepared, deadline: float, mimic_ns: float = 0,
+              null_early: bool = False) -> tuple[TimedCall, tuple]:
+        """One call on the timed protocol. For the null worker: mimic_ns, how long its call takes, and
+        null_early, whether it waits for its release like a call that had not returned in time."""
+        self._map(worker, prep, deadline)
+        worker.seq += 1
+        seq = worker.seq
+        views = prep.layout.views(self.arena.tensor)
+        now = time.perf_counter_ns
         if not self.cuda:
-            start = time.perf_counter_ns()
-            output = self.kernel()(data)
-            return output, output, time.perf_counter_ns() - start
+            prep.layout.write(views)
+            self.result.tensor.fill_(0xFF)
+            t_go = now()
+            worker.send(op="timed", seq=seq, mimic_ns=mimic_ns, early=null_early)
+            done = worker.receive("done", deadline)
+            t_done = now()
+            raw = self.result.tensor.clone()
+            return TimedCall(_reported(done), t_done - t_go, t_done - t_go, False), (done.get("output"), raw)
         torch = self.torch
-        # GPU MODE's order: events exist before the flush, so that the flush's GPU time (which
-        # hides the start of custom_kernel's host time) is not spent creating them.
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        prep.layout.poison(self.arena.tensor)
+        self.result.tensor.fill_(0xFF)
         torch.cuda.synchronize()
+        t_go = now()
+        worker.send(op="timed", seq=seq, mimic_ns=mimic_ns, early=null_early)
+        try:
+            enqueued = worker.receive("enqueued", min(deadline, time.monotonic() + RETURN_WAIT_S), or_none=True,
+                                      poll=True)
+        except CaseFailure:
+            worker.release(seq, stream_ordered=False)
+            raise
+        early = enqueued is None
+        t_enq = now()
+        # All on the judge's stream, no host in between: the call's inputs; L2 flushed and left clean;
+        # the first stamp; the release (the worker's kernels start right after it, with nothing of the
+        # inputs in L2); then, once the worker's "staged" event has fired, the second stamp and the
+        # output's bytes copied into the judge's hands.
+        stream = torch.cuda.current_stream()
+        prep.layout.write(views)
+        self.driver.reset_persisting_l2()
         self.flush()
-        start.record()
-        output = self.kernel()(data)
-        end.record()
-        snap = self.snapshot(output) if snapshot else None
-        torch.cuda.synchronize()
-        return output, snap, start.elapsed_time(end) * 1e6
-
-    def benchmark(self, args: dict, recheck: bool, max_repeats: int, max_time_ns: float):
-        """Stats as a dict, or an error message (str)."""
-        args = dict(args)
-        gen, clone = self.reference.generate_input, self.utils.clone_data
-        data = gen(**args)
-        output = self.kernel()(clone(data))
-        good, message = self.check_returned(data, output, self.snapshot(output))
-        if not good:
-            return message
-        timed_input = clone(data)
-        for _ in range(WARMUP_CALLS):
-            self.kernel()(timed_input)
-        durations = []
-        wall_start = time.perf_counter_ns()
-        for i in range(max_repeats):
-            if recheck:  # fresh inputs for every timed call, every output checked
-                args["seed"] += 13
-                data = gen(**args)
-                timed_input = clone(data)
-            output, snap, ns = self._timed_call(timed_input, snapshot=recheck)
-            if recheck:
-                good, message = self.check_returned(data, output, snap)
-                if not good:
-                    return f"run {i} (seed {args['seed']}): {message}"
-            del output, snap
-            durations.append(ns)
-            if i > 1:
-                s = calculate_stats(durations)
-                if (s.err / s.mean < 0.001 or s.mean * s.runs > max_time_ns
-                        or time.perf_counter_ns() - wall_start > WALL_LIMIT_NS):
-                    break
-        return dataclasses.asdict(calculate_stats(durations))
-
-    def profile(self, args: dict) -> str:
-        from torch.profiler import ProfilerActivity, profile
-
-        data = self.reference.generate_input(**args)
-        kernel = self.kernel()
-        kernel(self.utils.clone_data(data))  # compile outside the profile
-        self.sync()
-        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
-        with profile(activities=activities) as prof:
-            kernel(data)
-            self.sync()
-        sort = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
-        return prof.key_averages().table(sort_by=sort, row_limit=20)
-
-
-def _worker_main(conn, problem_dir: str, submission: str) -> None:
-    try:
-        job = _Job(problem_dir, submission)
-    except BaseException:
-        conn.send(("error", "worker start-up failed:\n" + traceback.format_exc(limit=-4)))
-        return
-    conn.send(("ready", None))
-    while True:
+        self._stamp(0)
+        worker.release(seq)
         try:
-            name, args = conn.recv()
-        except EOFError:
-            return
-        try:
-            conn.send(("ok", getattr(job, name)(*args)))
-        except BaseException as e:
-            tb = traceback.format_exc(limit=-6)
-            conn.send(("error", f"{type(e).__name__}: {e}\n{tb}"))
+            if early:
+                # The call is still running on the host, and its staged event is not recorded yet: the
+                # judge's clock is its host clock, from the release to the output in its hands.
+                stream.synchronize()
+                t_rel = now()
+                enqueued = worker.receive("enqueued", deadline, poll=True)
+                t_enq = now()
+            stream.wait_event(worker.staged_event)
+            self._stamp(1)
+            raw = self.result.tensor.clone()
+            done = worker.receive("done", deadline, poll=True)
+        except CaseFailure:
+            worker.release(seq, stream_ordered=False)
+            raise
+        stamps = self.stamps.tolist()  # synchronises: raw is complete
+        judge_ns = now() - t_rel if early else float(stamps[1] - stamps[0])
+        return TimedCall(_reported(done), judge_ns, t_enq - t_go, early), (done.get("output"), raw)
 
 
-class CaseFailure(Exception):
-    """The case could not produce a result: exception, crash or timeout in the worker."""
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
-class Worker:
-    """A spawned process that imports the submission once and runs jobs with a timeout each."""
+def _reported(done: dict) -> float:
+    value = done.get("device_ns")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
 
-    def __init__(self, problem_dir: Path, submission: Path):
-        self.args = (str(problem_dir), str(submission))
-        self.proc = None
 
-    def _start(self, timeout: float):
-        ctx = multiprocessing.get_context("spawn")
-        self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, *self.args), daemon=True)
-        self.proc.start()
-        child.close()
-        kind, payload = self._receive(timeout)
-        if kind != "ready":
-            self.stop()
-            raise CaseFailure(payload)
+def peak_bandwidth(torch) -> float | None:
+    name = torch.cuda.get_device_properties(0).name
+    for key, bw in PEAK_BANDWIDTH:
+        if key in name:
+            return bw
+    return None
 
-    def _receive(self, timeout: float):
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.conn.poll(0.2):
-                try:
-                    return self.conn.recv()
-                except (EOFError, OSError):
-                    pass  # the pipe closed: report the exit below
-            if not self.proc.is_alive() or self.conn.closed:
-                self.proc.join(1)
-                code = self.proc.exitcode
-                self.stop()
-                raise CaseFailure(f"the worker process died (exit code {code}) while running the submission")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise CaseFailure(f"timed out after {timeout:g} s (per-case limit from task.yml)")
 
-    def call(self, name: str, *args, timeout: float):
-        if self.proc is None:
-            self._start(timeout)
-        self.conn.send((name, args))
-        kind, payload = self._receive(timeout)
-        if kind == "error":
-            raise CaseFailure(payload)
-        return payload
+def overhead_gap(calls: list[TimedCall], nulls: list[TimedCall]) -> float:
+    """How much more the judge's clock saw per call than the submission's process reported, beyond the
+    protocol's own overhead (what it is for the null submission). Calls released on time and calls
+    released before they returned are timed on different clocks, each against nulls of its kind; the
+    largest TRIM of the per-call residuals are left out, so one slow call cannot fail a case."""
+    base = {}
+    for early in (False, True):
+        kind = [n.judge_ns - n.device_ns for n in nulls if n.early == early]
+        base[early] = trimmed_mean(kind) if kind else math.inf
+    return trimmed_mean([c.judge_ns - c.device_ns - base[c.early] for c in calls])
 
-    def stop(self):
-        if self.proc is not None:
-            if self.proc.is_alive():
-                self.proc.kill()
-            self.proc.join(5)
-            self.proc = None
+
+def verify_times(calls: list[TimedCall], nulls: list[TimedCall], margin_abs_ns: float) -> str:
+    """'' if the reported times agree with the judge's clock, else why not. Per call, the judge's clock
+    minus the reported time is the protocol's overhead; the same protocol with the null submission says
+    what that overhead is. A case whose overhead exceeds the null's by more than the margin reported
+    less time than its calls took."""
+    claimed = sum(c.device_ns for c in calls) / len(calls)
+    gap = overhead_gap(calls, nulls)
+    allowed = max(margin_abs_ns, MARGIN_REL * claimed)
+    if gap <= allowed:
+        return ""
+    return (f"the times reported from the submission's process (mean {_fmt_ns(claimed)}) are below what the "
+            f"judge's clock allows: its calls took {_fmt_ns(claimed + gap)} each by the judge's clock, with the "
+            f"judge's own overhead (measured on the same protocol with a null submission) taken out; the margin "
+            f"is {_fmt_ns(allowed)}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Reporting
 # ---------------------------------------------------------------------------------------------
 class Report:
-    """Human-readable lines on stdout, protocol lines on POPCORN_FD when given."""
+    """Human-readable lines on stdout, protocol lines on POPCORN_FD when given. The submission's own
+    output is relayed on stdout with a prefix, so that it can never pass for the report."""
 
     def __init__(self, fd_file=None):
         self.fd_file = fd_file
+        self.lock = threading.Lock()
+        self.relayed = 0
+        self.cases = []  # one dict per case, for --json
+
+    def record(self, **case) -> None:
+        self.cases.append(case)
 
     def log(self, key, value):
         if self.fd_file is not None:
             print(f"{key}: {value}", file=self.fd_file, flush=True)
 
-    @staticmethod
-    def say(text=""):
-        print(text, flush=True)
+    def say(self, text=""):
+        with self.lock:
+            print(text, flush=True)
+
+    def relay(self, role: str, line: str) -> None:
+        with self.lock:
+            self.relayed += 1
+            if self.relayed <= RELAY_LINE_LIMIT:
+                print(f"  {role}> {line[:RELAY_LINE_CHARS]}", flush=True)
+            elif self.relayed == RELAY_LINE_LIMIT + 1:
+                print(f"  {role}> ... (further output of the submission dropped)", flush=True)
 
 
 def _fmt_ns(ns: float) -> str:
     return f"{ns / 1e6:.4f} ms" if ns >= 1e5 else f"{ns / 1e3:.2f} us"
 
 
-def _first_line(message: str, limit: int = 400) -> str:
+def _first_line(message: str, limit: int = REPORT_LINE_LIMIT) -> str:
     text = " | ".join(line.strip() for line in str(message).strip().splitlines() if line.strip())
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
-def run_tests(report: Report, worker: Worker, cases: list[TestCase], timeout: float) -> int:
+@dataclasses.dataclass
+class Outcome:
+    ok: bool
+    summary: list  # human lines printed after every worker process is gone
+
+
+def run_tests(report: Report, judge: Judge, cases: list[TestCase], timeout: float) -> Outcome:
     report.log("test-count", len(cases))
     passed = 0
     for i, case in enumerate(cases):
         report.log(f"test.{i}.spec", case.spec)
         start = time.perf_counter()
+        deadline = time.monotonic() + timeout
         try:
-            good, message = worker.call("test", case.args, timeout=timeout)
+            judge.ensure_started(judge.worker, timeout)
+            prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
+            good, message = judge.call_once(prep, deadline)
         except CaseFailure as e:
             good, message = False, str(e)
+            judge.worker.stop()
         took = time.perf_counter() - start
         report.log(f"test.{i}.status", "pass" if good else "fail")
         report.log(f"test.{i}.{'message' if good else 'error'}", _first_line(message))
         passed += good
+        report.record(spec=case.spec, status="pass" if good else "fail", message=message)
         report.say(f"[{'PASS' if good else 'FAIL'}] test {i}: {case.spec}  ({took:.1f} s)")
         report.say(f"       {_first_line(message) if good else message.strip()}")
-    ok = passed == len(cases)
-    report.log("check", "pass" if ok else "fail")
-    report.say(f"\n{passed}/{len(cases)} tests passed")
-    return EXIT_OK if ok else EXIT_FAIL
+    return Outcome(passed == len(cases), [f"\n{passed}/{len(cases)} tests passed"])
 
 
-def run_benchmarks(report: Report, worker: Worker, cases: list[TestCase], timeout: float, ranked: bool,
-                   cpu: bool) -> int:
+@dataclasses.dataclass
+class CaseTimes:
+    """A timed case: its statistics and the judge's figures (stats), or why it failed (error); the raw
+    calls and null calls either way (for --json)."""
+    error: str = ""
+    stats: dict = dataclasses.field(default_factory=dict)
+    calls: list = dataclasses.field(default_factory=list)
+    nulls: list = dataclasses.field(default_factory=list)
+
+
+def benchmark_case(judge: Judge, case: TestCase, timeout: float, ranked: bool) -> CaseTimes:
+    result = CaseTimes()
+    try:
+        result.error = _time_case(judge, case, timeout, ranked, result)
+    except CaseFailure as e:
+        result.error = str(e)
+    return result
+
+
+def _time_case(judge: Judge, case: TestCase, timeout: float, ranked: bool, result: CaseTimes) -> str:
+    """Fills result.calls, .nulls and .stats; returns '' or why the case failed."""
+    deadline = time.monotonic() + timeout
+    gen = judge.reference.generate_input
+    judge.ensure_started(judge.worker, timeout)
+    null = judge.null
+    judge.ensure_started(null, timeout)
+    prep = judge.prepare(gen(**case.args), form_too=True)
+    good, message = judge.call_once(prep, deadline)
+    if not good:
+        return message
+    warm = [judge.timed(judge.worker, prep, deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
+    mimic = _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
+    calls, nulls = result.calls, result.nulls
+    nulls.extend(judge.timed(null, prep, deadline, mimic)[0] for _ in range(NULL_CALIBRATION))
     repeats, max_time = (RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS) if ranked else (BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS)
-    if cpu:
+    wall_start = time.perf_counter_ns()
+    for i in range(repeats):
+        if ranked:  # a fresh input from a secret seed: nothing of it exists before this call
+            args = dict(case.args, seed=secrets.randbits(63))
+            prep = judge.prepare(gen(**args), form_too=False)
+        gc.disable()
+        try:
+            call, returned = judge.timed(judge.worker, prep, deadline)
+        finally:
+            gc.enable()
+        good, message = judge.check(prep, returned)
+        if not good:
+            return f"timed call {i}: {message}"
+        if not math.isfinite(call.device_ns) or call.device_ns <= 0:
+            return f"timed call {i}: the submission's process reported a time of {call.device_ns} ns"
+        if prep.floor_ns is not None and call.device_ns < prep.floor_ns:
+            return (f"timed call {i}: the submission's process reported {_fmt_ns(call.device_ns)}, under the memory "
+                    f"floor of this input ({_fmt_ns(prep.floor_ns)}: the bytes it must move at the device's peak "
+                    f"bandwidth)")
+        calls.append(call)
+        kind = [c.device_ns for c in calls if c.early == call.early]
+        if call.early and not any(n.early for n in nulls):  # the first call released before it returned
+            nulls.extend(judge.timed(null, prep, deadline, _median(kind), null_early=True)[0]
+                         for _ in range(NULL_CALIBRATION))
+        if (i + 1) % NULL_EVERY == 0:
+            nulls.append(judge.timed(null, prep, deadline, _median(kind), null_early=call.early)[0])
+        if i + 1 >= MIN_RUNS:
+            s = calculate_stats([c.device_ns for c in calls])
+            if (s.err / s.mean < 0.001 or s.mean * s.runs > max_time
+                    or time.perf_counter_ns() - wall_start > WALL_LIMIT_NS):
+                break
+    problem = verify_times(calls, nulls, MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"])
+    if problem:
+        return problem
+    stats = result.stats = dataclasses.asdict(calculate_stats([c.device_ns for c in calls]))
+    null_host = _median([n.host_ns for n in nulls])
+    on_time = [c.host_ns for c in calls if not c.early]
+    stats["host"] = max(0.0, sum(on_time) / len(on_time) - null_host) if judge.cuda and on_time else float("nan")
+    stats["floor"] = prep.floor_ns if prep.floor_ns is not None else float("nan")
+    stats["judge"] = stats["mean"] + overhead_gap(calls, nulls)
+    stats["early"] = sum(c.early for c in calls)
+    return ""
+
+
+def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], timeout: float, ranked: bool) -> Outcome:
+    if not judge.cuda:
         report.say("NOTE: no CUDA device: the times below are CPU wall-clock times of whatever path the "
                    "submission takes on the CPU, not GPU kernel times.\n")
     report.log("benchmark-count", len(cases))
-    header = f"{'#':>2}  {'case':52s} {'mean':>12s} {'+-err':>10s} {'best':>12s} {'runs':>5s}"
+    header = (f"{'#':>2}  {'case':52s} {'mean':>11s} {'+-err':>9s} {'best':>11s} {'runs':>5s} "
+              f"{'host/call':>10s} {'floor':>10s} {'%floor':>6s}")
     report.say(header)
     report.say("-" * len(header))
-    means, bests, ok = [], [], True
+    means, bests, notes = [], [], []
     for i, case in enumerate(cases):
         report.log(f"benchmark.{i}.spec", case.spec)
-        try:
-            result = worker.call("benchmark", case.args, ranked, repeats, max_time, timeout=timeout)
-        except CaseFailure as e:
-            result = str(e)
-        if isinstance(result, dict):
-            for key, value in result.items():
-                report.log(f"benchmark.{i}.{key}", value)
-            means.append(result["mean"])
-            bests.append(result["best"])
-            report.say(f"{i:>2}  {case.spec:52s} {_fmt_ns(result['mean']):>12s} {_fmt_ns(result['err']):>10s} "
-                       f"{_fmt_ns(result['best']):>12s} {result['runs']:>5d}")
-        else:
-            ok = False
+        times = benchmark_case(judge, case, timeout, ranked)
+        report.record(spec=case.spec, status="fail" if times.error else "pass", error=times.error, stats=times.stats,
+                      calls=[dataclasses.astuple(c) for c in times.calls],
+                      nulls=[dataclasses.astuple(c) for c in times.nulls])
+        if times.error:
             report.log(f"benchmark.{i}.status", "fail")
-            report.log(f"benchmark.{i}.error", _first_line(result))
-            report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {str(result).strip()}")
-            break  # as GPU MODE: a failed case ends the run
-    report.log("check", "pass" if ok else "fail")
-    if ok and means:
-        geo = math.exp(sum(math.log(m) for m in means) / len(means))
-        report.say(f"\ngeometric mean of the means (ranking score): {_fmt_ns(geo)}")
-        # Not ranked: the best calls are the least host-dependent number, for comparing machines. Where
-        # it sits well below the score, host time that the L2 flush did not hide showed (README).
-        best = math.exp(sum(math.log(b) for b in bests) / len(bests))
-        report.say(f"geometric mean of the best calls (not ranked): {_fmt_ns(best)}")
-    return EXIT_OK if ok else EXIT_FAIL
+            report.log(f"benchmark.{i}.error", _first_line(times.error))
+            report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {times.error.strip()}")
+            return Outcome(False, [])  # as GPU MODE: a failed case ends the run
+        result = times.stats
+        for key, value in result.items():
+            if not (isinstance(value, float) and math.isnan(value)):
+                report.log(f"benchmark.{i}.{key}", value)
+        means.append(result["mean"])
+        bests.append(result["best"])
+        host = _fmt_ns(result["host"]) if math.isfinite(result["host"]) else "-"
+        floor = _fmt_ns(result["floor"]) if math.isfinite(result["floor"]) else "-"
+        pct = f"{100 * result['floor'] / result['mean']:.0f}%" if math.isfinite(result["floor"]) else "-"
+        report.say(f"{i:>2}  {case.spec:52s} {_fmt_ns(result['mean']):>11s} {_fmt_ns(result['err']):>9s} "
+                   f"{_fmt_ns(result['best']):>11s} {result['runs']:>5d} {host:>10s} {floor:>10s} {pct:>6s}")
+        if result["early"]:
+            notes.append(f"case {i}: {result['early']} of {result['runs']} calls had not returned "
+                         f"{RETURN_WAIT_S * 1e3:g} ms after they were made (custom_kernel waits on the GPU, or its "
+                         f"host path is slower): those are timed as they ran, host time included")
+    geo = math.exp(sum(math.log(m) for m in means) / len(means))
+    best = math.exp(sum(math.log(b) for b in bests) / len(bests))
+    summary = [*notes, f"\ngeometric mean of the means (ranking score): {_fmt_ns(geo)}",
+               f"geometric mean of the best calls (not ranked): {_fmt_ns(best)}",
+               f"every case's times agree with the judge's clock (margin max("
+               f"{_fmt_ns(MARGIN_ABS_NS['cuda' if judge.cuda else 'cpu'])}, {MARGIN_REL:.0%}))"]
+    return Outcome(True, summary)
 
 
-def run_profiles(report: Report, worker: Worker, cases: list[TestCase], timeout: float) -> int:
+def run_profiles(report: Report, judge: Judge, cases: list[TestCase], timeout: float) -> Outcome:
     report.log("benchmark-count", len(cases))
     ok = True
     for i, case in enumerate(cases):
         report.log(f"benchmark.{i}.spec", case.spec)
+        deadline = time.monotonic() + timeout
         try:
-            table = worker.call("profile", case.args, timeout=timeout)
+            judge.ensure_started(judge.worker, timeout)
+            prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
+            judge._map(judge.worker, prep, deadline)
+            prep.layout.write(prep.layout.views(judge.arena.tensor))
+            judge._sync()
+            judge.worker.send(op="profile")
+            table = str(judge.worker.receive("profile", deadline).get("table", ""))
         except CaseFailure as e:
             ok = False
+            judge.worker.stop()
             report.log(f"benchmark.{i}.status", "fail")
             report.log(f"benchmark.{i}.error", _first_line(str(e)))
+            report.record(spec=case.spec, status="fail", error=str(e))
             report.say(f"profile {i}: {case.spec}: FAIL\n{e}")
             continue
+        report.record(spec=case.spec, status="pass", table=table)
         report.log(f"benchmark.{i}.report", base64.b64encode(table.encode(), b"+*").decode())
         report.say(f"profile {i}: {case.spec}\n{table}")
-    report.log("check", "pass" if ok else "fail")
-    return EXIT_OK if ok else EXIT_FAIL
+    return Outcome(ok, [])
 
 
 # ---------------------------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------------------------
+class FileGuard:
+    """The problem's files and this harness as they were when the run began: a run during which any of
+    them changed fails, naming them (they are not put back: the change may be a person's edit)."""
+
+    def __init__(self, problem: Path):
+        paths = {Path(__file__).resolve(), ROOT / "utils.py"}
+        paths.update(p for p in problem.iterdir() if p.suffix in (".py", ".yml") and p.name != "submission.py")
+        self.saved = {p: p.read_bytes() for p in paths if p.is_file()}
+
+    def changed(self) -> list[str]:
+        changed = []
+        for path, content in self.saved.items():
+            try:
+                same = path.read_bytes() == content
+            except OSError:
+                same = False
+            if not same:
+                changed.append(str(path))
+        return changed
+
+
+def triton_version() -> str:
+    try:
+        import triton
+        return triton.__version__
+    except ImportError:
+        return "not installed"
+
+
+def write_json(path: str, args, judge: Judge, report: Report, outcome: Outcome, seed) -> None:
+    results = {"mode": args.mode, "problem": str(Path(args.problem).resolve()), "ok": outcome.ok,
+               "device": judge.describe(), "torch": judge.torch.__version__, "triton": triton_version(),
+               "python": sys.version.split()[0], "seed": seed, "worker": judge.worker.confinement,
+               "margin": {"abs_ns": MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"], "rel": MARGIN_REL},
+               "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cases": report.cases,
+               "summary": [line.strip() for line in outcome.summary]}
+    Path(path).write_text(json.dumps(results, indent=1, default=str))
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="eval.py", description=__doc__.split("\n\n")[0].strip(),
                                      epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -514,11 +1615,14 @@ def parse_args(argv):
     parser.add_argument("tests_file", nargs="?", help="cases, one per line (default: from task.yml)")
     parser.add_argument("--problem", default=str(ROOT), help="problem directory (default: %(default)s)")
     parser.add_argument("--submission", help="submission file (default: DIR/submission.py)")
+    parser.add_argument("--json", metavar="FILE", help="also write the run's results to FILE as JSON: cases, "
+                        "status, statistics, each timed call (device_ns, judge_ns, host_ns, early) and null call, "
+                        "device, versions")
     return parser.parse_args(argv)
 
 
 def open_popcorn_fd():
-    fd = os.environ.get("POPCORN_FD")
+    fd = os.environ.pop("POPCORN_FD", None)
     if not fd:
         return None
     try:
@@ -531,7 +1635,13 @@ def open_popcorn_fd():
 
 
 def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    # OpenMP threads that spin after a parallel region would take the CPU from the other processes of
+    # the run (two cores: judge, worker, null worker): they sleep instead, here and in the workers.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if argv[:1] == ["--worker"]:
+        return worker_main(argv[1:])
+    args = parse_args(argv)
     problem = Path(args.problem).resolve()
     submission = Path(args.submission).resolve() if args.submission else problem / "submission.py"
     if not (problem / "reference.py").is_file():
@@ -540,6 +1650,7 @@ def main(argv=None) -> int:
     if not submission.is_file():
         print(f"eval.py: submission file {submission} not found", file=sys.stderr)
         return 2
+    protect_judge()
     fd_file = open_popcorn_fd()
     seed_env = os.environ.pop("POPCORN_SEED", None)
     try:
@@ -547,15 +1658,13 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"eval.py: POPCORN_SEED={seed_env!r} is not an integer", file=sys.stderr)
         return 2
-    if seed is None and args.mode == "leaderboard":
-        seed = secrets.randbits(31)  # by hand too, ranked inputs are not the published ones
 
     try:
         task = load_task(problem)
         raw = parse_tests_file(args.tests_file) if args.tests_file else \
             task["tests" if args.mode == "test" else "benchmarks"]
         sys.path[:0] = [str(problem), str(ROOT)]
-        from reference import generate_input  # for validating the cases only; nothing runs here
+        from reference import generate_input
         validate_cases(raw, generate_input, args.tests_file or str(problem / "task.yml"))
     except DefinitionError as e:
         print(f"eval.py: {e}", file=sys.stderr)
@@ -564,26 +1673,37 @@ def main(argv=None) -> int:
     timeout = float(task[{"test": "test_timeout", "leaderboard": "ranked_timeout"}.get(args.mode, "benchmark_timeout")])
 
     report = Report(fd_file)
-    worker = Worker(problem, submission)
+    guard = FileGuard(problem)
+    judge = Judge(problem, submission, report, timed=args.mode in ("benchmark", "leaderboard"))
+    outcome = Outcome(False, [])
     try:
         try:
-            info = worker.call("describe", timeout=timeout)
+            judge.ensure_started(judge.worker, timeout)
         except CaseFailure as e:
             report.say(f"eval.py: the worker could not start: {e}")
-            report.log("check", "fail")
-            return EXIT_FAIL
-        report.say(f"{args.mode}: {os.path.relpath(submission)} on {info['device']}  "
-                   f"(torch {info['torch']}, triton {info['triton']})"
-                   + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases\n")
-        if args.mode == "test":
-            return run_tests(report, worker, cases, timeout)
-        if args.mode == "profile":
-            return run_profiles(report, worker, cases, timeout)
-        return run_benchmarks(report, worker, cases, timeout, ranked=args.mode == "leaderboard", cpu=not info["cuda"])
+        else:
+            report.say(f"{args.mode}: {os.path.relpath(submission)} on {judge.describe()}"
+                       + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases")
+            report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
+            if args.mode == "test":
+                outcome = run_tests(report, judge, cases, timeout)
+            elif args.mode == "profile":
+                outcome = run_profiles(report, judge, cases, timeout)
+            else:
+                outcome = run_benchmarks(report, judge, cases, timeout, ranked=args.mode == "leaderboard")
     finally:
-        worker.stop()
-        if fd_file is not None:
-            fd_file.close()
+        judge.close()  # every process the worker started is gone before the last result line
+    changed = guard.changed()
+    if changed:
+        outcome = Outcome(False, [f"\nFAIL: these files of the judge changed during the run: {', '.join(changed)}"])
+    for line in outcome.summary:
+        report.say(line)
+    if args.json:
+        write_json(args.json, args, judge, report, outcome, seed)
+    report.log("check", "pass" if outcome.ok else "fail")
+    if fd_file is not None:
+        fd_file.close()
+    return EXIT_OK if outcome.ok else EXIT_FAIL
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """eval.py end to end, in subprocesses, on small shapes: every mode, human and POPCORN_FD output,
-malformed definitions, and submissions that raise, return garbage, crash, hang or cache outputs."""
+malformed definitions, bad submissions, and the hostile set in tests/submissions/ (each one must fail,
+with a message naming what was caught, or be measured honestly); then unit tests of the judge's pieces."""
 import base64
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,46 +13,26 @@ from pathlib import Path
 import pytest
 import torch
 
+import eval as harness
+
 ROOT = Path(__file__).resolve().parents[1]
+SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
+CUDA = torch.cuda.is_available()
 SMALL_CASES = [
     '{"batchsize": 2, "qseqlen": 1, "kvseqlen": 65, "seed": 11}',
     '{"batchsize": 3, "qseqlen": 2, "kvseqlen": 20, "ragged": 1, "seed": 12}',
 ]
 
-SUBMISSIONS = {
-    "good": "from reference import ref_kernel\ndef custom_kernel(data):\n    return ref_kernel(data)\n",
+# Small bad submissions; the hostile and honest ones are files in tests/submissions/.
+INLINE = {
     "raises": "def custom_kernel(data):\n    raise RuntimeError('kernel exploded')\n",
-    "garbage": "import torch\ndef custom_kernel(data):\n    return torch.zeros(data[0].shape[0], 16, 512, dtype=torch.bfloat16)\n",
+    "garbage": "import torch\ndef custom_kernel(data):\n"
+               "    return torch.zeros(data[0].shape[0], 16, 512, dtype=torch.bfloat16, device=data[0].device)\n",
+    "wrong_shape": "import torch\ndef custom_kernel(data):\n    return torch.zeros(3, dtype=torch.bfloat16)\n",
+    "not_a_tensor": "def custom_kernel(data):\n    return [1, 2, 3]\n",
     "crashes": "import os\ndef custom_kernel(data):\n    os._exit(3)\n",
     "hangs": "import time\ndef custom_kernel(data):\n    time.sleep(3600)\n",
     "no_kernel": "x = 1\n",
-    "patches_check": textwrap.dedent("""
-        import torch
-        import reference
-        reference.check_implementation = lambda data, output: (True, "")
-        def custom_kernel(data):
-            return torch.zeros(data[0].shape[0], 16, 512, dtype=torch.bfloat16)
-        """),
-    # Computes the answer, then writes it into the output on a side stream after ~10 ms of
-    # spinning, returning at once: the end event on the current stream would not wait for it.
-    "side_stream": textwrap.dedent("""
-        import torch
-        from reference import ref_kernel
-        _side = []
-        def custom_kernel(data):
-            if not _side:
-                _side.append(torch.cuda.Stream())
-            answer = ref_kernel(data)
-            out = torch.zeros_like(answer)
-            side = _side[0]
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                torch.cuda._sleep(20_000_000)
-                out.copy_(answer)
-            answer.record_stream(side)
-            out.record_stream(side)
-            return out
-        """),
     # Returns the first output it computed for a shape on every later call with that shape.
     "caches": textwrap.dedent("""
         from reference import ref_kernel
@@ -66,20 +48,29 @@ SUBMISSIONS = {
 
 @pytest.fixture(scope="module")
 def problem(tmp_path_factory):
-    """A copy of the problem with small cases and a short per-case timeout."""
+    """A copy of the problem with small cases and a short per-case timeout, holding every submission."""
     d = tmp_path_factory.mktemp("problem")
     for name in ("reference.py", "task.py"):
         shutil.copy(ROOT / name, d / name)
     cases = "\n".join(f"  - {c}" for c in SMALL_CASES)
     (d / "task.yml").write_text(
         f"test_timeout: 60\nbenchmark_timeout: 60\nranked_timeout: 60\ntests:\n{cases}\nbenchmarks:\n{cases}\n")
-    for name, text in SUBMISSIONS.items():
+    for name, text in INLINE.items():
         (d / f"{name}.py").write_text(text)
+    for path in SUBMISSIONS.glob("*.py"):
+        shutil.copy(path, d / path.name)
     return d
 
 
-def run_eval(problem, mode, submission="good", extra=(), popcorn=False, env=None, timeout=240):
-    """Runs eval.py; returns (exit code, stdout, stderr, POPCORN_FD lines as a dict or None)."""
+@pytest.fixture(scope="module")
+def one_case(tmp_path_factory):
+    tests = tmp_path_factory.mktemp("cases") / "one.txt"
+    tests.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n")
+    return str(tests)
+
+
+def run_eval(problem, mode, submission="honest_bf16", extra=(), popcorn=False, env=None, timeout=300):
+    """Runs eval.py; returns (exit code, stdout, stderr, POPCORN_FD lines as a dict, and as a list)."""
     cmd = [sys.executable, str(ROOT / "eval.py"), mode, *extra, "--problem", str(problem),
            "--submission", str(problem / f"{submission}.py")]
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")}, **(env or {})}
@@ -89,30 +80,38 @@ def run_eval(problem, mode, submission="good", extra=(), popcorn=False, env=None
         env["POPCORN_FD"] = str(write_fd)
         fds = (write_fd,)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, pass_fds=fds)
+    lines = []
     if popcorn:
         os.close(write_fd)
         with os.fdopen(read_fd) as f:
             lines = f.read().splitlines()
     out, err = proc.communicate(timeout=timeout)
-    log = None
-    if popcorn:
-        log = dict(line.split(": ", 1) for line in lines)
-    return proc.returncode, out, err, log
+    log = dict(line.split(": ", 1) for line in lines if ": " in line)
+    return proc.returncode, out, err, log, lines
 
 
+def report_lines(out: str) -> list[str]:
+    """The judge's own stdout lines (the submission's output is relayed with a prefix)."""
+    return [line for line in out.splitlines() if not re.match(r"\s+(submission|null)> ", line)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Modes and output
+# ---------------------------------------------------------------------------------------------
 def test_test_mode_passes_human_and_popcorn(problem):
-    code, out, err, log = run_eval(problem, "test", popcorn=True)
+    code, out, err, log, _ = run_eval(problem, "test", popcorn=True)
     assert code == 0, out + err
     assert "2/2 tests passed" in out and "[PASS] test 1" in out
     assert log["check"] == "pass" and log["test-count"] == "2"
     assert log["test.1.spec"] == "batchsize: 3; qseqlen: 2; kvseqlen: 20; ragged: 1; seed: 12"
     assert log["test.0.status"] == "pass" and "bf16 cache" in log["test.0.message"]
+    assert "worker:" in out  # the header says how the submission's process is confined
 
 
 def test_tests_file_argument_and_seed(problem, tmp_path):
     tests = tmp_path / "tests.txt"
     tests.write_text("batchsize: 1; qseqlen: 1; kvseqlen: 1; seed: 5\nbatchsize: 2; qseqlen: 1; kvseqlen: 7; seed: 6\n")
-    code, out, err, log = run_eval(problem, "test", extra=[str(tests)], popcorn=True, env={"POPCORN_SEED": "123"})
+    code, out, err, log, _ = run_eval(problem, "test", extra=[str(tests)], popcorn=True, env={"POPCORN_SEED": "123"})
     assert code == 0, out + err
     assert log["test-count"] == "2" and log["test.0.spec"] == "batchsize: 1; qseqlen: 1; kvseqlen: 1; seed: 5"
     assert "seed 123" in out
@@ -121,71 +120,67 @@ def test_tests_file_argument_and_seed(problem, tmp_path):
 @pytest.mark.parametrize("submission,needle", [
     ("raises", "kernel exploded"),
     ("garbage", "none of the caches"),
+    ("wrong_shape", "shape (3,)"),
+    ("not_a_tensor", "must be a torch.Tensor, got list"),
     ("crashes", "exit code 3"),
     ("no_kernel", "custom_kernel"),
-    ("patches_check", "none of the caches"),
 ])
 def test_bad_submissions_fail_each_case_and_harness_goes_on(problem, submission, needle):
-    code, out, err, log = run_eval(problem, "test", submission=submission, popcorn=True)
+    code, out, err, log, _ = run_eval(problem, "test", submission=submission, popcorn=True)
     assert code == 112, out + err
     assert log["check"] == "fail"
     assert log["test.0.status"] == "fail" and log["test.1.status"] == "fail"  # the run went on after case 0
     assert needle in log["test.0.error"] and needle in out
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="side streams need a GPU")
-@pytest.mark.parametrize("mode", ["test", "leaderboard"])
-def test_output_finished_on_a_side_stream_fails(problem, mode):
-    code, out, err, log = run_eval(problem, mode, submission="side_stream", popcorn=True)
-    assert code == 112, out + err
-    key = "test.0.error" if mode == "test" else "benchmark.0.error"
-    assert "changed after custom_kernel returned" in log[key]
-
-
-def test_hanging_submission_times_out(problem, tmp_path):
-    tests = tmp_path / "one.txt"
-    tests.write_text("batchsize: 1; qseqlen: 1; kvseqlen: 3; seed: 1\n")
+def test_hanging_submission_times_out(problem, tmp_path, one_case):
     d = tmp_path / "p"
     shutil.copytree(problem, d)
     (d / "task.yml").write_text((problem / "task.yml").read_text().replace("test_timeout: 60", "test_timeout: 8"))
-    code, out, err, log = run_eval(d, "test", submission="hangs", extra=[str(tests)], popcorn=True, timeout=120)
+    code, out, err, log, _ = run_eval(d, "test", submission="hangs", extra=[one_case], popcorn=True, timeout=120)
     assert code == 112
-    assert log["test.0.status"] == "fail" and "timed out after 8 s" in log["test.0.error"]
+    assert log["test.0.status"] == "fail" and "timed out" in log["test.0.error"]
 
 
 def test_benchmark_mode_reports_stats(problem):
-    code, out, err, log = run_eval(problem, "benchmark", popcorn=True)
+    code, out, err, log, _ = run_eval(problem, "benchmark", popcorn=True)
     assert code == 0, out + err
     assert log["benchmark-count"] == "2" and log["check"] == "pass"
     for i in range(2):
-        assert int(log[f"benchmark.{i}.runs"]) >= 3
+        assert int(log[f"benchmark.{i}.runs"]) >= harness.MIN_RUNS
         assert 0 < float(log[f"benchmark.{i}.best"]) <= float(log[f"benchmark.{i}.mean"]) <= float(log[f"benchmark.{i}.worst"])
+        assert float(log[f"benchmark.{i}.judge"]) > 0  # the judge's own estimate of the mean
     assert "geometric mean of the means (ranking score)" in out
     assert "geometric mean of the best calls (not ranked)" in out
+    assert "agree with the judge's clock" in out
     assert "CPU wall-clock" in out  # no CUDA here: says plainly what the times are
 
 
 def test_benchmark_stops_at_a_wrong_answer(problem):
-    code, out, err, log = run_eval(problem, "benchmark", submission="garbage", popcorn=True)
+    code, out, err, log, _ = run_eval(problem, "benchmark", submission="garbage", popcorn=True)
     assert code == 112 and log["benchmark.0.status"] == "fail" and log["check"] == "fail"
+    assert "benchmark.1.spec" not in log
 
 
 def test_leaderboard_checks_every_call_so_caching_fails(problem):
-    code, out, err, log = run_eval(problem, "leaderboard", submission="caches", popcorn=True)
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission="caches", popcorn=True)
     assert code == 112, out + err
-    assert log["benchmark.0.status"] == "fail" and "none of the caches" in log["benchmark.0.error"]
-    code, out, err, log = run_eval(problem, "test", submission="caches")
+    assert log["benchmark.0.status"] == "fail" and "timed call 0" in log["benchmark.0.error"]
+    assert "none of the caches" in log["benchmark.0.error"]
+    code, *_ = run_eval(problem, "test", submission="caches")
     assert code == 0  # a single call per case cannot see the cache: only ranked runs can
 
 
-def test_leaderboard_passes_with_the_reference(problem):
-    code, out, err, log = run_eval(problem, "leaderboard", popcorn=True, env={"POPCORN_SEED": "99"})
+@pytest.mark.parametrize("submission", ["honest_bf16", "honest_fp8", "honest_mxfp4", "honest_a8w8"])
+def test_honest_submissions_pass_the_leaderboard(problem, one_case, submission):
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission=submission, extra=[one_case], popcorn=True,
+                                      env={"POPCORN_SEED": "99"})
     assert code == 0, out + err
-    assert log["check"] == "pass" and int(log["benchmark.1.runs"]) >= 3
+    assert log["check"] == "pass" and int(log["benchmark.0.runs"]) >= harness.MIN_RUNS
 
 
 def test_profile_mode(problem):
-    code, out, err, log = run_eval(problem, "profile", popcorn=True)
+    code, out, err, log, _ = run_eval(problem, "profile", popcorn=True)
     assert code == 0, out + err
     table = base64.b64decode(log["benchmark.0.report"].encode(), b"+*").decode()
     assert "Self CPU" in table and "Self CPU" in out
@@ -199,7 +194,7 @@ def test_profile_mode(problem):
 def test_malformed_tests_file_exits_113(problem, tmp_path, content, needle):
     tests = tmp_path / "bad.txt"
     tests.write_text(content)
-    code, out, err, _ = run_eval(problem, "test", extra=[str(tests)])
+    code, out, err, *_ = run_eval(problem, "test", extra=[str(tests)])
     assert code == 113 and needle in err and "bad.txt" in err
 
 
@@ -214,12 +209,12 @@ def test_malformed_task_yml_exits_113(problem, tmp_path, content, needle):
     d = tmp_path / "p"
     shutil.copytree(problem, d)
     (d / "task.yml").write_text(content)
-    code, out, err, _ = run_eval(d, "test")
+    code, out, err, *_ = run_eval(d, "test")
     assert code == 113 and needle in err and "task.yml" in err
 
 
 def test_bad_popcorn_fd_exits_111(problem):
-    code, out, err, _ = run_eval(problem, "test", env={"POPCORN_FD": "987"})
+    code, out, err, *_ = run_eval(problem, "test", env={"POPCORN_FD": "987"})
     assert code == 111 and "POPCORN_FD" in err
 
 
@@ -227,3 +222,208 @@ def test_help_explains_modes():
     out = subprocess.run([sys.executable, str(ROOT / "eval.py"), "--help"], capture_output=True, text=True).stdout
     for word in ("test", "benchmark", "leaderboard", "profile", "POPCORN_FD", "task.yml"):
         assert word in out
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile submissions: correctness faked from inside the submission's process
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("submission", [
+    "fakes_check_through_sys_modules",
+    "fakes_check_by_tolerances",
+    "fakes_check_by_tensor_ops",
+    "fakes_check_by_subclass",
+    "fakes_check_by_rewriting_inputs",
+])
+def test_a_check_faked_in_the_submissions_process_fails(problem, one_case, submission):
+    for mode in ("test", "leaderboard"):
+        code, out, err, log, _ = run_eval(problem, mode, submission=submission, extra=[one_case], popcorn=True)
+        assert code == 112 and log["check"] == "fail", out + err
+        error = log["test.0.error" if mode == "test" else "benchmark.0.error"]
+        assert "none of the caches" in error, error
+
+
+def test_ranked_inputs_cannot_be_predicted(problem, one_case):
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission="fakes_check_by_predicting_seeds",
+                                      extra=[one_case], popcorn=True)
+    assert code == 112, out + err
+    assert "timed call 0" in log["benchmark.0.error"] and "none of the caches" in log["benchmark.0.error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile submissions: times faked from inside the submission's process
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("submission", [
+    pytest.param("fakes_time_by_slow_clock", marks=pytest.mark.skipif(CUDA, reason="the CPU path's clock")),
+    "fakes_time_by_patching_the_report"])
+@pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
+def test_a_faked_time_fails_against_the_judges_clock(problem, one_case, submission, mode):
+    code, out, err, log, _ = run_eval(problem, mode, submission=submission, extra=[one_case], popcorn=True)
+    assert code == 112, out + err
+    assert "below what the judge's clock allows" in log["benchmark.0.error"], log["benchmark.0.error"]
+
+
+def test_timing_code_patched_in_the_submissions_process_changes_nothing(problem, one_case):
+    honest = run_eval(problem, "benchmark", submission="honest_bf16", extra=[one_case], popcorn=True)[3]
+    code, out, err, log, _ = run_eval(problem, "benchmark", submission="fakes_time_by_patching_stats",
+                                      extra=[one_case], popcorn=True)
+    assert code == 0, out + err
+    # The statistics are the judge's: the same order of time as the honest run, not zero.
+    assert float(log["benchmark.0.mean"]) > 0.3 * float(honest["benchmark.0.mean"])
+
+
+@pytest.mark.parametrize("mode", ["test", "leaderboard"])
+def test_an_output_finished_after_the_call_returned_fails(problem, one_case, mode):
+    code, out, err, log, _ = run_eval(problem, mode, submission="fakes_output_from_a_thread", extra=[one_case],
+                                      popcorn=True)
+    assert code == 112 and log["check"] == "fail"
+    assert "none of the caches" in log["test.0.error" if mode == "test" else "benchmark.0.error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Hostile submissions: the result stream and the judge's process
+# ---------------------------------------------------------------------------------------------
+def _assert_no_forged_results(lines, out):
+    assert lines.count("check: fail") == 1 and "check: pass" not in lines, lines
+    assert not any(line.startswith("LEAK") or "LEAK:" in line for line in out.splitlines()), out
+
+
+def test_the_runners_descriptor_is_out_of_reach(problem, one_case):
+    code, out, err, log, lines = run_eval(problem, "test", submission="forges_results_through_descriptors",
+                                          extra=[one_case], popcorn=True)
+    assert code == 112
+    _assert_no_forged_results(lines, out)
+
+
+def test_a_detached_daemon_is_gone_before_the_last_result_line(problem, one_case):
+    code, out, err, log, lines = run_eval(problem, "test", submission="forges_results_from_a_daemon",
+                                          extra=[one_case], popcorn=True)
+    assert code == 112
+    _assert_no_forged_results(lines, out)
+    pids = [int(m) for m in re.findall(r"DAEMON (\d+)", out)]
+    assert pids, out
+    for pid in pids:  # gone, or a zombie left to init
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert "2/2 tests passed" not in "\n".join(report_lines(out))
+
+
+def test_the_submissions_output_cannot_pass_for_the_report(problem):
+    code, out, err, log, _ = run_eval(problem, "test", submission="forges_the_summary_on_stdout", popcorn=True)
+    assert code == 112 and log["check"] == "fail"
+    ours = report_lines(out)
+    assert "0/2 tests passed" in ours and "2/2 tests passed" not in ours
+    assert "  submission> 2/2 tests passed" in out.splitlines()  # shown, but as the submission's
+
+
+def test_the_judge_cannot_be_signalled_or_traced(problem, one_case):
+    code, out, err, log, lines = run_eval(problem, "test", submission="attacks_the_judge_process",
+                                          extra=[one_case], popcorn=True)
+    assert "check: pass" not in lines
+    if "no signals to it" in out:  # Landlock scopes signals on this kernel: the judge survives
+        assert code == 112 and log["check"] == "fail"
+        _assert_no_forged_results(lines, out)
+
+
+def test_the_judges_files_cannot_be_rewritten(problem, one_case, tmp_path):
+    d = tmp_path / "p"
+    shutil.copytree(problem, d)
+    before = (d / "reference.py").read_bytes()
+    code, out, err, log, lines = run_eval(d, "test", submission="tampers_with_the_judge_files", extra=[one_case],
+                                          popcorn=True)
+    assert code == 112 and log["check"] == "fail"
+    if "Landlock" in out:
+        assert (d / "reference.py").read_bytes() == before
+        _assert_no_forged_results(lines, out)
+    else:  # without Landlock the judge at least notices
+        assert "files of the judge changed" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# On a GPU: the hold, the device clock and the hostile GPU submissions
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+@pytest.mark.parametrize("submission", [
+    "fakes_time_by_elapsed_time",
+    "fakes_time_by_idle_stream_events",
+    "fakes_time_by_rerecording_start",
+    "fakes_time_on_a_side_stream",
+    "turns_the_cuda_flag_off",
+    "skips_the_hold",
+])
+@pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
+def test_gpu_time_faked_in_the_submissions_process_fails(problem, one_case, submission, mode):
+    code, out, err, log, _ = run_eval(problem, mode, submission=submission, extra=[one_case], popcorn=True)
+    assert code == 112 and log["benchmark.0.status"] == "fail", out + err
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+@pytest.mark.parametrize("mode", ["test", "leaderboard"])
+def test_output_finished_on_a_side_stream_fails(problem, mode):
+    code, out, err, log, _ = run_eval(problem, mode, submission="side_stream_unjoined", popcorn=True)
+    assert code == 112, out + err
+    key = "test.0.error" if mode == "test" else "benchmark.0.error"
+    assert "changed after custom_kernel returned" in log[key]
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+def test_an_asynchronous_submission_is_timed_on_the_device_clock(problem, one_case):
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission="async_attention", extra=[one_case],
+                                      popcorn=True)
+    assert code == 0, out + err
+    assert int(log["benchmark.0.early"]) == 0 and "timed as they ran" not in out
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+def test_a_submission_that_synchronises_is_timed_as_it_runs(problem, one_case):
+    code, out, err, log, _ = run_eval(problem, "benchmark", submission="honest_bf16", extra=[one_case], popcorn=True)
+    assert code == 0, out + err  # the reference reads indptr on the host: it waits on the GPU inside the call
+    assert int(log["benchmark.0.early"]) == int(log["benchmark.0.runs"]) and "timed as they ran" in out
+
+
+# ---------------------------------------------------------------------------------------------
+# The judge's pieces
+# ---------------------------------------------------------------------------------------------
+def _calls(device, overhead):
+    return [harness.TimedCall(d, d + o, 0.0, False) for d, o in zip(device, overhead)]
+
+
+def test_verify_times_passes_honest_calls_and_rare_hiccups():
+    nulls = _calls([2e3] * 40, [100e3 + 3e3 * (i % 5) for i in range(40)])
+    honest = _calls([300e3] * 100, [100e3 + 3e3 * (i % 7) for i in range(100)])
+    assert harness.verify_times(honest, nulls, 20e3) == ""
+    hiccups = _calls([300e3] * 100, [100e3 + (5e6 if i % 25 == 0 else 0) for i in range(100)])  # 4 %
+    assert harness.verify_times(hiccups, nulls, 20e3) == ""
+    # one call released late on a host hiccup, timed on the host clock against nulls of its kind
+    late = honest[:-1] + [harness.TimedCall(300e3, 100e6, 0.0, True)]
+    early_nulls = nulls + [harness.TimedCall(2e3, 400e3, 0.0, True)] * 10
+    assert harness.verify_times(late, early_nulls, 20e3) == ""
+
+
+@pytest.mark.parametrize("fraction,factor", [(1.0, 0.7), (0.3, 0.1), (1.0, 0.0)])
+def test_verify_times_fails_reported_times_under_the_judges_clock(fraction, factor):
+    nulls = _calls([2e3] * 40, [100e3] * 40)
+    true = [300e3] * 100
+    faked = [t * factor if i < fraction * len(true) else t for i, t in enumerate(true)]
+    calls = [harness.TimedCall(f, t + 100e3, 0.0, False) for f, t in zip(faked, true)]
+    assert "below what the judge's clock allows" in harness.verify_times(calls, nulls, 20e3)
+
+
+def test_input_layout_round_trip_preserves_values_and_strides():
+    data = (torch.randn(3, 4).t(), {"a": torch.arange(5, dtype=torch.int32), "b": (torch.ones(2, 2, dtype=torch.bfloat16),)},
+            [torch.empty(0, 3)], 7, 0.5, "x", None)
+    layout = harness.InputLayout(data)
+    arena = torch.zeros(layout.nbytes + 1024, dtype=torch.uint8)
+    layout.write(layout.views(arena))
+    views = [harness.arena_view(arena, spec) for spec in layout.specs]
+    rebuilt = harness.build_input(layout.structure, views)
+    assert torch.equal(rebuilt[0], data[0]) and rebuilt[0].stride() == data[0].stride()
+    assert torch.equal(rebuilt[1]["a"], data[1]["a"]) and rebuilt[1]["b"][0].dtype == torch.bfloat16
+    assert rebuilt[2][0].shape == (0, 3) and rebuilt[3:] == (7, 0.5, "x", None)
+    assert all(spec[0] % harness.InputLayout.ALIGN == 0 for spec in layout.specs)
+    layout.poison(arena)
+    assert torch.isnan(views[0]).all() and (views[1] == 0).all()
+
+
+def test_trimmed_mean_leaves_out_the_largest():
+    assert harness.trimmed_mean([1.0] * 19 + [1000.0]) == 1.0
+    assert harness.trimmed_mean([5.0]) == 5.0

@@ -1,7 +1,7 @@
 """Hostile (GPU): patches torch.cuda.Event.record so that every event is recorded on an idle stream of
 its own: the harness's start and end events then measure nothing."""
 import torch
-from reference import ref_kernel
+from async_attention import attention as ref_kernel
 
 _record = torch.cuda.Event.record
 _idle = []

@@ -1,6 +1,5 @@
 """Hostile: wraps the worker's message sender (found through sys.modules) so that every reported time is
 a hundredth of the measured one."""
-import json
 import sys
 import time
 
@@ -19,10 +18,11 @@ def _patch(cls):
     cls.send = send
 
 
-for cls in {getattr(m, "WorkerSession", None) for m in list(sys.modules.values())}:
-    if not isinstance(cls, type):
-        continue
-    _patch(cls)
+for module in list(sys.modules.values()):
+    cls = getattr(module, "__dict__", {}).get("WorkerSession")
+    if isinstance(cls, type) and not getattr(cls, "_patched", False):
+        _patch(cls)
+        cls._patched = True
 
 
 def custom_kernel(data):

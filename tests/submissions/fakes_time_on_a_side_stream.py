@@ -1,13 +1,14 @@
 """Hostile (GPU): does the work on a side stream that the current stream never waits for (so the end
 event, on the current stream, excludes it), and patches the worker's output staging to wait for that
-stream, so that the output is right. Attention computed without host reads (uniform lengths)."""
+stream, so that the output is right. """
 import sys
 
 import torch
+from async_attention import attention
 
 _side = []
 for module in list(sys.modules.values()):
-    cls = getattr(module, "WorkerSession", None)
+    cls = getattr(module, "__dict__", {}).get("WorkerSession")
     if isinstance(cls, type) and hasattr(cls, "_stage"):
         _stage = cls._stage
 
@@ -28,10 +29,6 @@ def custom_kernel(data):
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         torch.cuda._sleep(2_000_000)  # the hidden work, about a millisecond
-        batch = config["batch_size"]
-        kv = kv_data["bf16"].float().reshape(batch, -1, 576)
-        qf = q.float().reshape(batch, -1, 576)
-        p = torch.softmax(qf @ kv.transpose(1, 2) * config["sm_scale"], dim=-1)
-        out = (p @ kv[..., :512]).reshape(q.shape[0], 16, 512).to(torch.bfloat16)
+        out = attention(data)
     out.record_stream(side)
     return out
