@@ -896,14 +896,12 @@ class Sandbox:
             shutil.copy2(ROOT / "utils.py", self.dir / "utils.py")
         shutil.copy2(Path(__file__).resolve(), self.dir / "eval.py")
         shutil.copy2(submission, self.dir / "submission.py")
-        self.writable = []
         env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN")}
         for var, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache")):
             (self.dir / sub).mkdir()
             env[var] = str(self.dir / sub)
-        if env.get("TRITON_CACHE_DIR"):  # the host's compile cache: the worker may write there
-            self.writable.append(env["TRITON_CACHE_DIR"])
-        else:
+        # The host's compile cache if it names one (the worker may write there), else the sandbox's.
+        if not env.get("TRITON_CACHE_DIR"):
             env["TRITON_CACHE_DIR"] = str(self.dir / "cache" / "triton")
         env["PYTHONUNBUFFERED"] = "1"
         self.env = env
@@ -1216,13 +1214,23 @@ class Judge:
         return not result, str(result)
 
     # -- calls -------------------------------------------------------------------------------
-    def call_once(self, prep: Prepared, deadline: float) -> tuple[bool, str]:
-        """One untimed call on the input, checked."""
-        worker = self.worker
-        self._map(worker, prep, deadline)
+    def _present(self, prep: Prepared, deadline: float) -> None:
+        """The input in the worker's arena, the result region poisoned: for an untimed call."""
+        self._map(self.worker, prep, deadline)
         prep.layout.write(prep.layout.views(self.arena.tensor))
         self.result.tensor.fill_(0xFF)
         self._sync()
+
+    def profile(self, prep: Prepared, deadline: float) -> str:
+        """The worker's torch.profiler table of one call (untimed, unchecked)."""
+        self._present(prep, deadline)
+        self.worker.send(op="profile")
+        return str(self.worker.receive("profile", deadline).get("table", ""))
+
+    def call_once(self, prep: Prepared, deadline: float) -> tuple[bool, str]:
+        """One untimed call on the input, checked."""
+        worker = self.worker
+        self._present(prep, deadline)
         worker.send(op="call")
         done = worker.receive("done", deadline)
         good, message = self.check(prep, (done.get("output"), self.result.tensor.clone()))
@@ -1547,11 +1555,7 @@ def run_profiles(report: Report, judge: Judge, cases: list[TestCase], timeout: f
         try:
             judge.ensure_started(judge.worker, timeout)
             prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
-            judge._map(judge.worker, prep, deadline)
-            prep.layout.write(prep.layout.views(judge.arena.tensor))
-            judge._sync()
-            judge.worker.send(op="profile")
-            table = str(judge.worker.receive("profile", deadline).get("table", ""))
+            table = judge.profile(prep, deadline)
         except CaseFailure as e:
             ok = False
             judge.worker.stop()
