@@ -1075,7 +1075,7 @@ class TimedCall:
     device_ns: float   # the worker's measure (the ranked number)
     judge_ns: float    # the judge's clock: on a GPU its stamps around the release and the staged output;
     #                    on the CPU, call sent to answer received
-    host_ns: float     # the judge's clock: call sent to custom_kernel returned (GPU only)
+    host_ns: float     # the worker's host clock around custom_kernel (GPU only; shown, never ranked)
     early: bool        # the GPU was released before custom_kernel returned
 
 
@@ -1265,7 +1265,6 @@ class Judge:
         prep.layout.poison(self.arena.tensor)
         self.result.tensor.fill_(0xFF)
         torch.cuda.synchronize()
-        t_go = now()
         worker.send(op="timed", seq=seq, mimic_ns=mimic_ns, early=null_early)
         try:
             enqueued = worker.receive("enqueued", min(deadline, time.monotonic() + RETURN_WAIT_S), or_none=True,
@@ -1274,7 +1273,6 @@ class Judge:
             worker.release(seq, stream_ordered=False)
             raise
         early = enqueued is None
-        t_enq = now()
         # All on the judge's stream, no host in between: the call's inputs; L2 flushed and left clean;
         # the first stamp; the release (the worker's kernels start right after it, with nothing of the
         # inputs in L2); then, once the worker's "staged" event has fired, the second stamp and the
@@ -1292,7 +1290,6 @@ class Judge:
                 stream.synchronize()
                 t_rel = now()
                 enqueued = worker.receive("enqueued", deadline, poll=True)
-                t_enq = now()
             stream.wait_event(worker.staged_event)
             self._stamp(1)
             raw = self.result.tensor.clone()
@@ -1302,7 +1299,9 @@ class Judge:
             raise
         stamps = self.stamps.tolist()  # synchronises: raw is complete
         judge_ns = now() - t_rel if early else float(stamps[1] - stamps[0])
-        return TimedCall(_reported(done), judge_ns, t_enq - t_go, early), (done.get("output"), raw)
+        host_ns = enqueued.get("host_ns")
+        host_ns = float(host_ns) if isinstance(host_ns, (int, float)) and not isinstance(host_ns, bool) else math.nan
+        return TimedCall(_reported(done), judge_ns, host_ns, early), (done.get("output"), raw)
 
 
 def _median(values: list[float]) -> float:
@@ -1322,23 +1321,45 @@ def peak_bandwidth(torch) -> float | None:
     return None
 
 
+def null_overhead(nulls: list[TimedCall], early: bool) -> float:
+    """The protocol's own overhead on the judge's clock (judge's clock minus reported time) for the null
+    submission, on the path of calls released on time or of calls released before they returned."""
+    kind = [n.judge_ns - n.device_ns for n in nulls if n.early == early]
+    return trimmed_mean(kind) if kind else math.inf
+
+
 def overhead_gap(calls: list[TimedCall], nulls: list[TimedCall]) -> float:
     """How much more the judge's clock saw per call than the submission's process reported, beyond the
     protocol's own overhead (what it is for the null submission). Calls released on time and calls
     released before they returned are timed on different clocks, each against nulls of its kind; the
     largest TRIM of the per-call residuals are left out, so one slow call cannot fail a case."""
-    base = {}
-    for early in (False, True):
-        kind = [n.judge_ns - n.device_ns for n in nulls if n.early == early]
-        base[early] = trimmed_mean(kind) if kind else math.inf
+    base = {early: null_overhead(nulls, early) for early in (False, True)}
     return trimmed_mean([c.judge_ns - c.device_ns - base[c.early] for c in calls])
+
+
+def ranked_times(calls: list[TimedCall], nulls: list[TimedCall]) -> list[float]:
+    """The ranked time of each call: the submission's device time for a call released on time (checked
+    against the judge's clock by verify_times); for a call that had not returned when the judge released
+    the GPU (it synchronises, or its host path is slower), the judge's own host clock from the release
+    to the output in hand, less the null submission's overhead on that path. Such a call is timed as it
+    ran, host time included, and nothing the submission reports enters its time."""
+    early_base = null_overhead(nulls, True)
+    times = []
+    for c in calls:
+        judged = c.judge_ns - early_base
+        times.append(judged if c.early and math.isfinite(judged) and judged > 0 else c.device_ns)
+    return times
 
 
 def verify_times(calls: list[TimedCall], nulls: list[TimedCall], margin_abs_ns: float) -> str:
     """'' if the reported times agree with the judge's clock, else why not. Per call, the judge's clock
     minus the reported time is the protocol's overhead; the same protocol with the null submission says
     what that overhead is. A case whose overhead exceeds the null's by more than the margin reported
-    less time than its calls took."""
+    less time than its calls took. Calls released before they returned are left out: their ranked time
+    is the judge's clock (ranked_times)."""
+    calls = [c for c in calls if not c.early]
+    if not calls:
+        return ""
     claimed = sum(c.device_ns for c in calls) / len(calls)
     gap = overhead_gap(calls, nulls)
     allowed = max(margin_abs_ns, MARGIN_REL * claimed)
@@ -1491,12 +1512,11 @@ def _time_case(judge: Judge, case: TestCase, timeout: float, ranked: bool, resul
     problem = verify_times(calls, nulls, MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"])
     if problem:
         return problem
-    stats = result.stats = dataclasses.asdict(calculate_stats([c.device_ns for c in calls]))
-    null_host = _median([n.host_ns for n in nulls])
-    on_time = [c.host_ns for c in calls if not c.early]
-    stats["host"] = max(0.0, sum(on_time) / len(on_time) - null_host) if judge.cuda and on_time else float("nan")
+    stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(calls, nulls)))
+    host = [c.host_ns for c in calls if math.isfinite(c.host_ns)]
+    stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
     stats["floor"] = prep.floor_ns if prep.floor_ns is not None else float("nan")
-    stats["judge"] = stats["mean"] + overhead_gap(calls, nulls)
+    stats["judge"] = sum(c.device_ns for c in calls) / len(calls) + overhead_gap(calls, nulls)
     stats["early"] = sum(c.early for c in calls)
     return ""
 
@@ -1510,7 +1530,7 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], timeout:
               f"{'host/call':>10s} {'floor':>10s} {'%floor':>6s}")
     report.say(header)
     report.say("-" * len(header))
-    means, bests, notes = [], [], []
+    means, bests, notes, failed = [], [], [], []
     for i, case in enumerate(cases):
         report.log(f"benchmark.{i}.spec", case.spec)
         times = benchmark_case(judge, case, timeout, ranked)
@@ -1521,7 +1541,10 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], timeout:
             report.log(f"benchmark.{i}.status", "fail")
             report.log(f"benchmark.{i}.error", _first_line(times.error))
             report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {times.error.strip()}")
-            return Outcome(False, [])  # as GPU MODE: a failed case ends the run
+            failed.append(i)
+            if ranked:  # as GPU MODE: a failed case ends a ranked run; benchmark mode goes on
+                return Outcome(False, [f"\nleaderboard: case {i} failed, so the run ends here: no score"])
+            continue
         result = times.stats
         for key, value in result.items():
             if not (isinstance(value, float) and math.isnan(value)):
@@ -1536,7 +1559,10 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], timeout:
         if result["early"]:
             notes.append(f"case {i}: {result['early']} of {result['runs']} calls had not returned "
                          f"{RETURN_WAIT_S * 1e3:g} ms after they were made (custom_kernel waits on the GPU, or its "
-                         f"host path is slower): those are timed as they ran, host time included")
+                         f"host path is slower): those are timed on the judge's clock as they ran, host time included")
+    if failed:
+        return Outcome(False, [*notes, f"\n{len(failed)} of {len(cases)} cases failed ({', '.join(map(str, failed))}): "
+                                       f"no score"])
     geo = math.exp(sum(math.log(m) for m in means) / len(means))
     best = math.exp(sum(math.log(b) for b in bests) / len(bests))
     summary = [*notes, f"\ngeometric mean of the means (ranking score): {_fmt_ns(geo)}",

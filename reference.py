@@ -119,15 +119,21 @@ def dequantize_cache(kv_data: dict, fmt: str) -> torch.Tensor:
 _ROWS_PER_GROUP = 1 << 19
 
 
-def exact_attention(q: torch.Tensor, kv: torch.Tensor, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
+def exact_attention(q: torch.Tensor, kv, qo_indptr: torch.Tensor, kv_indptr: torch.Tensor,
                     sm_scale: float, v_dim: int = V_HEAD_DIM) -> torch.Tensor:
-    """fp32 attention of q (total_q, H, D) over kv (total_kv, 1, D); returns fp32 (total_q, H, v_dim)."""
+    """fp32 attention of q (total_q, H, D) over kv; returns fp32 (total_q, H, v_dim). kv is a (total_kv,
+    1, D) tensor, or a function from cache row indices to those rows in fp32 (see cache_rows), so that
+    a quantized cache is dequantized one group at a time rather than whole."""
     qo = qo_indptr.tolist()
     kvp = kv_indptr.tolist()
     batch = len(qo) - 1
     total_q, heads, dim = q.shape
     out = torch.empty(total_q, heads, v_dim, dtype=torch.float32, device=q.device)
-    kv2 = kv.reshape(kv.shape[0], dim)
+    if isinstance(kv, torch.Tensor):
+        kv2 = kv.reshape(kv.shape[0], dim)
+        load, last_row = (lambda rows: kv2[rows].float()), kv2.shape[0] - 1
+    else:
+        load, last_row = kv, max(kvp[-1] - 1, 0)
     start = 0
     while start < batch:
         # Grow the group while the padded size stays under the bound (always at least one sequence).
@@ -137,12 +143,25 @@ def exact_attention(q: torch.Tensor, kv: torch.Tensor, qo_indptr: torch.Tensor, 
             if cand * (end + 1 - start) > _ROWS_PER_GROUP:
                 break
             longest, end = cand, end + 1
-        _attend_group(q, kv2, qo, kvp, start, end, max(longest, 1), sm_scale, v_dim, out)
+        _attend_group(q, load, last_row, qo, kvp, start, end, max(longest, 1), sm_scale, v_dim, out)
         start = end
     return out
 
 
-def _attend_group(q, kv2, qo, kvp, start, end, longest, sm_scale, v_dim, out):
+def cache_rows(kv_data: dict, fmt: str):
+    """The function exact_attention takes for the cache in format `fmt`: row indices -> fp32 (n, 576)."""
+    if fmt == "bf16":
+        return lambda rows: kv_data["bf16"][rows, 0].float()
+    if fmt == "fp8":
+        values, scale = kv_data["fp8"]
+        return lambda rows: dequantize_fp8(values[rows, 0], scale)
+    if fmt == "mxfp4":
+        packed, scales = kv_data["mxfp4"]
+        return lambda rows: dequantize_mxfp4(packed[rows, 0], scales[rows])
+    raise ValueError(f"unknown KV format {fmt!r}; expected one of {FORMATS}")
+
+
+def _attend_group(q, load, last_row, qo, kvp, start, end, longest, sm_scale, v_dim, out):
     n = end - start
     qlen = max(qo[b + 1] - qo[b] for b in range(start, end))
     heads, dim = q.shape[1], q.shape[2]
@@ -150,8 +169,8 @@ def _attend_group(q, kv2, qo, kvp, start, end, longest, sm_scale, v_dim, out):
     lens = torch.tensor([kvp[b + 1] - kvp[b] for b in range(start, end)], device=device)
     pos = torch.arange(longest, device=device)
     valid = pos[None, :] < lens[:, None]  # (n, longest)
-    rows = (torch.tensor(kvp[start:end], device=device)[:, None] + pos[None, :]).clamp(max=kv2.shape[0] - 1)
-    keys = kv2[rows.reshape(-1)].reshape(n, longest, dim).float()
+    rows = (torch.tensor(kvp[start:end], device=device)[:, None] + pos[None, :]).clamp(max=last_row)
+    keys = load(rows.reshape(-1)).reshape(n, longest, dim)
     qs = torch.zeros(n, qlen * heads, dim, dtype=torch.float32, device=device)
     for i, b in enumerate(range(start, end)):
         qs[i, : (qo[b + 1] - qo[b]) * heads] = q[qo[b]:qo[b + 1]].float().reshape(-1, dim)
@@ -308,7 +327,7 @@ def make_checker(data: input_t):
     raising on a bad output. Every format is compared, so the message names the one the output is
     closest to (an fp8 kernel is also within tolerance of the bf16 result, at ~15x the distance)."""
     q, kv_data, qo_indptr, kv_indptr, config = data
-    refs = {fmt: exact_attention(q, dequantize_cache(kv_data, fmt), qo_indptr, kv_indptr, config["sm_scale"])
+    refs = {fmt: exact_attention(q, cache_rows(kv_data, fmt), qo_indptr, kv_indptr, config["sm_scale"])
             for fmt in FORMATS}
 
     def check(output) -> tuple[bool, str]:

@@ -112,6 +112,13 @@ def test_exact_attention_matches_naive_loop():
             torch.testing.assert_close(out[r].double(), p @ k[:, :512], rtol=1e-5, atol=1e-5)
 
 
+def test_attention_over_cache_rows_equals_the_whole_dequantized_cache():
+    q, kv, qo, kvp, cfg = R.generate_input(batchsize=4, qseqlen=2, kvseqlen=50, seed=6, ragged=1)
+    for fmt in R.FORMATS:  # the check dequantizes one group at a time: the same numbers, bit for bit
+        whole = R.exact_attention(q, R.dequantize_cache(kv, fmt), qo, kvp, cfg["sm_scale"])
+        assert torch.equal(R.exact_attention(q, R.cache_rows(kv, fmt), qo, kvp, cfg["sm_scale"]), whole)
+
+
 # ----------------------------------------------------------------------------- check
 @pytest.fixture(scope="module")
 def data():
