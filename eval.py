@@ -6,6 +6,7 @@ inputs, checks the outputs and verifies the times, and a worker process that run
     python eval.py benchmark    [TESTS_FILE] ...
     python eval.py leaderboard  [TESTS_FILE] ...
     python eval.py profile      [TESTS_FILE] ...
+    python eval.py compare      A.py B.py [TESTS_FILE] [--problem DIR]
 
 test         generate each case, run custom_kernel once on a copy, check it against the reference.
 benchmark    check one call, then time repeated calls on the same input (every output checked).
@@ -13,6 +14,9 @@ leaderboard  like benchmark, but every timed call gets a freshly generated input
              (so nothing can be cached between calls). The ranking score is the geometric mean of
              the per-case mean times.
 profile      one call per case under torch.profiler; prints its table.
+compare      A against B: both checked, then timed in one run, call by call in turn on the same input
+             under the same protocol; per case the ratio of A's time to B's with its 95 % interval,
+             and the geometric mean of the ratios (below 1: A is faster).
 
 Without TESTS_FILE the cases come from DIR/task.yml (`tests` for test mode, `benchmarks` otherwise).
 A tests file has one case per line, `key: value; key: value` (GPU MODE's format).
@@ -30,9 +34,11 @@ benchmark.N.spec/runs/mean/std/err/best/worst/host/floor/judge/early, times in n
 set, is combined with every case's seed. Exit codes: 0 all passed, 112 something failed, 111
 POPCORN_FD is not an open descriptor, 113 the tests file or task.yml is malformed, 2 bad command line.
 
-Every case runs in the worker with the per-case timeout from task.yml; an exception, crash or hang
-in the submission fails that case, the worker is restarted and the run goes on (benchmark and
-leaderboard stop at the first failed case).
+task.yml's time limit for the mode (test_timeout, benchmark_timeout, ranked_timeout) is the whole
+run's, as kernelbot applies it to this process: the report is finished before it, a case that cannot
+start in time fails as not run, and each case's timing loop gets its share of what is left. An
+exception, crash or hang in the submission fails that case, the worker is restarted and the run goes
+on (leaderboard mode stops at the first failed case).
 """
 import argparse
 import base64
@@ -62,7 +68,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-MODES = ("test", "benchmark", "leaderboard", "profile")
+MODES = ("test", "benchmark", "leaderboard", "profile", "compare")
 EXIT_OK, EXIT_FAIL, EXIT_BAD_FD, EXIT_BAD_TESTS = 0, 112, 111, 113
 
 # Stopping rule (GPU MODE's, with a floor of MIN_RUNS so that the judge's clock has enough calls to
@@ -71,6 +77,15 @@ EXIT_OK, EXIT_FAIL, EXIT_BAD_FD, EXIT_BAD_TESTS = 0, 112, 111, 113
 BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS = 1000, 50e9
 RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS = 100, 30e9
 WALL_LIMIT_NS = 120e9
+# The mode's time limit in task.yml is the whole run's; the judge keeps this much of it to end the run
+# and write its report, and a case's timing loop stops after LOOP_SHARE of the case's share of the
+# time left (its first call, compilation included, and the checks take the rest).
+RUN_RESERVE_S, RUN_RESERVE_FRACTION = 10.0, 0.1
+LOOP_SHARE = 0.5
+# On the CPU the judge, the worker and their copies of an input share the machine's memory: a case runs
+# only when this many times its input (reference.input_bytes) is available. eval.py test peaks at 3.2x
+# the input at 64 x 8192; a ranked run holds two inputs while it generates the next.
+HARNESS_MEMORY_FACTOR = 6
 MIN_RUNS = 10
 WARMUP_CALLS = 3
 
@@ -85,6 +100,9 @@ WARMUP_CALLS = 3
 MARGIN_ABS_NS = {"cuda": 20e3, "cpu": 2e6}
 MARGIN_REL = 0.15
 NULL_CALIBRATION, NULL_EVERY, TRIM = 10, 4, 0.05
+# compare mode: the normal quantile of its two-sided 95 % intervals; B's file name in the sandbox.
+COMPARE_Z = 1.96
+OTHER_SUBMISSION = "submission_other.py"
 
 # How long the GPU stays held for a call that has not returned (one that synchronises, or a host path
 # slower than this): then the judge releases it and the rest of the call is timed as it runs.
@@ -277,8 +295,9 @@ class _LandlockPathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def confine_worker(writable: list[str]) -> list[str]:
-    """Run in the worker before it imports torch or the submission; returns what holds, in words."""
+def confine_worker(writable: list[str], landlock: bool = True) -> list[str]:
+    """Run in the worker before it imports torch or the submission; returns what holds, in words.
+    landlock=False under a profiler (ncu), whose injected library must reach the profiler's process."""
     held = []
     libc = _libc()
     if libc is None or not sys.platform.startswith("linux"):
@@ -295,6 +314,10 @@ def confine_worker(writable: list[str]) -> list[str]:
             raise RuntimeError(f"could not drop the worker's capabilities: {os.strerror(ctypes.get_errno())}")
         held.append("no capabilities")
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if not landlock:
+        held.append("under ncu (POPCORN_NCU): not Landlock-confined, so that the profiler's injection works; "
+                    "profile mode checks and ranks nothing")
+        return held
     abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # landlock_create_ruleset(VERSION)
     if abi < 1:
         held.append("no Landlock on this kernel: the submission's process can write what this user can "
@@ -543,12 +566,13 @@ class SharedRegion:
     """Judge-owned memory that workers map: the arena (the worker's copy of the inputs) or the result
     (where the worker copies the output's bytes). On a GPU, a raw driver allocation shared by IPC handle
     and never returned to torch's caching allocator, so that a worker's mapping can never come to alias
-    the judge's own tensors; regions live until the judge exits. On the CPU, a file in the sandbox."""
+    the judge's own tensors; regions live until the judge exits. On the CPU, a file in the sandbox,
+    removed when a larger region replaces it (its memory goes once neither process maps it)."""
 
     def __init__(self, nbytes: int, cuda: bool, driver, directory: Path, name: str):
         import torch
 
-        self.nbytes = max(int(nbytes), 1)
+        self.nbytes, self.cuda = max(int(nbytes), 1), cuda
         if cuda:
             ptr = driver.alloc(self.nbytes)
             self.tensor = torch.as_tensor(_CudaArray(ptr, self.nbytes))
@@ -562,6 +586,11 @@ class SharedRegion:
             self._map = mmap.mmap(self._file.fileno(), self.nbytes)
             self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
             self.handle = ("file", name, self.nbytes)
+            self._path = path
+
+    def replaced(self) -> None:
+        if not self.cuda:
+            self._path.unlink(missing_ok=True)
 
 
 def open_region(handle, driver, sandbox: Path):
@@ -677,8 +706,8 @@ def recv_frame(sock, limit: int) -> bytes:
 # reports is checked (outputs against the reference, times against the judge's clock).
 # ---------------------------------------------------------------------------------------------
 class WorkerSession:
-    def __init__(self, sock, flag_fd: int, role: str):
-        self.sock, self.flag_fd, self.role = sock, flag_fd, role
+    def __init__(self, sock, flag_fd: int, role: str, under_ncu: bool = False):
+        self.sock, self.flag_fd, self.role, self.under_ncu = sock, flag_fd, role, under_ncu
         self.cuda = False
         self.kernel_fn = None
         self.staged_event = None
@@ -710,7 +739,7 @@ class WorkerSession:
         self.sandbox = Path.cwd()
         # /proc/self: the CUDA driver writes its own process's files there (thread names).
         confinement = confine_worker([str(self.sandbox), "/dev", os.path.realpath("/proc/self"),
-                                      os.environ.get("TRITON_CACHE_DIR", "")])
+                                      os.environ.get("TRITON_CACHE_DIR", "")], landlock=not self.under_ncu)
         import torch
 
         self.torch, self.cuda = torch, torch.cuda.is_available()
@@ -739,7 +768,7 @@ class WorkerSession:
         if self.kernel_fn is None:
             import importlib.util
 
-            path = self.sandbox / "submission.py"
+            path = self.sandbox / (OTHER_SUBMISSION if self.role == "other" else "submission.py")
             spec = importlib.util.spec_from_file_location("submission", path)
             module = importlib.util.module_from_spec(spec)
             sys.modules["submission"] = module
@@ -755,6 +784,8 @@ class WorkerSession:
         self.send(kind="event")
 
     def op_map(self, arena, result, layout, form):
+        self.data = self.result = None  # the views of regions the judge has replaced go with them
+        self.regions = {h: r for h, r in self.regions.items() if h in (arena, result)}
         for handle in (arena, result):
             if handle not in self.regions:
                 self.regions[handle] = open_region(handle, self.driver, self.sandbox)
@@ -847,12 +878,22 @@ class WorkerSession:
         self.send(kind="done", device_ns=float(t1 - t0), output=meta)
 
     def op_profile(self):
+        """One call after a warm-up one (compilation stays out of the profile). Under ncu, the call inside an
+        NVTX range named custom_kernel (what kernelbot's `ncu --nvtx-include custom_kernel/` captures);
+        otherwise torch.profiler's table of it."""
         from torch.profiler import ProfilerActivity, profile
 
         torch, kernel = self.torch, self.kernel()
-        kernel(self.data)  # compile outside the profile
+        kernel(self.data)
         if self.cuda:
             torch.cuda.synchronize()
+        if self.under_ncu and self.cuda:
+            torch.cuda.nvtx.range_push("custom_kernel")
+            kernel(self.data)
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_pop()
+            self.send(kind="profile", table="(profiled by ncu: the kernels of the NVTX range custom_kernel)")
+            return
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         with profile(activities=activities) as prof:
             kernel(self.data)
@@ -863,9 +904,9 @@ class WorkerSession:
 
 
 def worker_main(argv: list[str]) -> int:
-    """eval.py --worker SOCKET_FD FLAG_FD ROLE, started by the judge in its sandbox."""
+    """eval.py --worker SOCKET_FD FLAG_FD ROLE [ncu], started by the judge in its sandbox."""
     sock_fd, flag_fd, role = int(argv[0]), int(argv[1]), argv[2]
-    session = WorkerSession(socket.socket(fileno=sock_fd), flag_fd, role)
+    session = WorkerSession(socket.socket(fileno=sock_fd), flag_fd, role, under_ncu=argv[3:4] == ["ncu"])
     try:
         session.setup()
     except BaseException as e:
@@ -883,12 +924,57 @@ class CaseFailure(Exception):
     """The case could not produce a result: exception, crash or timeout in the worker."""
 
 
+class CaseSkipped(Exception):
+    """The case cannot run on this machine (its inputs would not fit in its memory): skipped, not failed."""
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the machine can still give (MemAvailable), or None where that is not known."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+class RunClock:
+    """The time limits of a run. On a GPU, task.yml's limit for the mode is the whole eval.py process's,
+    as kernelbot applies it (it kills the process then, and the results with it): the judge keeps a
+    reserve to finish its report, a case that cannot start in time fails as not run, and a case's timing
+    loop gets its share of the time left. Without CUDA (never a kernelbot run, and 10-100x slower) the
+    same limit applies to each case instead."""
+
+    def __init__(self, limit_s: float, key: str, per_case: bool):
+        self.limit_s, self.key, self.per_case = limit_s, key, per_case
+        self.deadline = time.monotonic() + limit_s - min(RUN_RESERVE_S, RUN_RESERVE_FRACTION * limit_s)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def start_case(self, cases_left: int) -> float:
+        """Sets the case's deadline; returns its share of the time (seconds), cases_left counting it."""
+        if self.per_case:
+            self.deadline = time.monotonic() + self.limit_s
+            return self.limit_s
+        if self.left() <= 0:
+            raise CaseFailure(f"not run: the run's time limit ({self.limit_s:g} s, task.yml `{self.key}`) was "
+                              f"reached")
+        return self.left() / max(cases_left, 1)
+
+    def start(self) -> float:
+        """Time for the worker's start-up, before the first case."""
+        return self.limit_s if self.per_case else self.left()
+
+
 class Sandbox:
     """A fresh directory the worker runs in: copies of the problem's modules and of this file, the
     submission as submission.py, its home, temp and compile-cache folders, and the CPU regions. The
     worker's environment holds none of the runner's POPCORN_* variables."""
 
-    def __init__(self, problem: Path, submission: Path):
+    def __init__(self, problem: Path, submission: Path, under_ncu: bool = False, other: Path | None = None):
+        self.under_ncu = under_ncu
         self.dir = Path(tempfile.mkdtemp(prefix="eval-sandbox-"))
         for f in problem.glob("*.py"):
             shutil.copy2(f, self.dir / f.name)
@@ -896,10 +982,13 @@ class Sandbox:
             shutil.copy2(ROOT / "utils.py", self.dir / "utils.py")
         shutil.copy2(Path(__file__).resolve(), self.dir / "eval.py")
         shutil.copy2(submission, self.dir / "submission.py")
+        if other is not None:  # compare mode's B, run by the worker of role "other"
+            shutil.copy2(other, self.dir / OTHER_SUBMISSION)
         env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN")}
         for var, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache")):
             (self.dir / sub).mkdir()
-            env[var] = str(self.dir / sub)
+            if not (under_ncu and var == "TMPDIR"):  # ncu's injection and its host share a temp dir
+                env[var] = str(self.dir / sub)
         # The host's compile cache if it names one (the worker may write there), else the sandbox's.
         if not env.get("TRITON_CACHE_DIR"):
             env["TRITON_CACHE_DIR"] = str(self.dir / "cache" / "triton")
@@ -935,7 +1024,7 @@ class WorkerProcess:
         parent, child = socket.socketpair()
         fds = (child.fileno(),) + ((self.flag_fd,) if self.flag_fd is not None else ())
         cmd = [sys.executable, str(self.sandbox.dir / "eval.py"), "--worker", str(child.fileno()),
-               str(self.flag_fd if self.flag_fd is not None else -1), self.role]
+               str(self.flag_fd if self.flag_fd is not None else -1), self.role] + (["ncu"] * self.sandbox.under_ncu)
         if self.flag is not None:
             struct.pack_into("<i", self.flag, 0, 0)
         self.proc = subprocess.Popen(cmd, cwd=self.sandbox.dir, env=self.sandbox.env, stdin=subprocess.DEVNULL,
@@ -996,7 +1085,7 @@ class WorkerProcess:
             if remaining <= 0:
                 if or_none:
                     return None
-                raise CaseFailure("timed out (per-case limit from task.yml)")
+                raise CaseFailure("timed out (the run's time limit from task.yml)")
             ready, _, _ = select.select([self.sock], [], [], 0 if now < poll_until else min(remaining, 0.2))
             if not ready:
                 if self.proc.poll() is not None:
@@ -1006,7 +1095,7 @@ class WorkerProcess:
             try:
                 msg = json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT))
             except socket.timeout:
-                raise CaseFailure("timed out in the middle of a message (per-case limit from task.yml)") from None
+                raise CaseFailure("timed out in the middle of a message (the run's time limit from task.yml)") from None
             except (EOFError, OSError):
                 self.proc.wait(timeout=5) if self.proc.poll() is None else None
                 raise CaseFailure(self._death("died")) from None
@@ -1080,15 +1169,16 @@ class TimedCall:
 
 
 class Judge:
-    def __init__(self, problem: Path, submission: Path, report: "Report", timed: bool):
+    def __init__(self, problem: Path, submission: Path, report: "Report", timed: bool, under_ncu: bool = False,
+                 other: Path | None = None):
         self.report = report
-        self.sandbox = Sandbox(problem, submission)
+        self.sandbox = Sandbox(problem, submission, under_ncu, other)
         # The workers import torch while the judge does (they set themselves up unprompted).
         self.worker = WorkerProcess(self.sandbox, "submission", report)
         self.null = WorkerProcess(self.sandbox, "null", report) if timed else None
-        for w in (self.worker, self.null):
-            if w is not None:
-                w.spawn()
+        self.other = WorkerProcess(self.sandbox, "other", report) if other is not None else None
+        for w in self.workers:
+            w.spawn()
         import torch
         import reference
         import utils
@@ -1098,9 +1188,8 @@ class Judge:
         self.flush = utils.L2Flush() if self.cuda else None  # also makes torch's context current
         self.driver = CudaDriver() if self.cuda else None
         self.peak_bw = peak_bandwidth(torch) if self.cuda else None
-        for w in (self.worker, self.null):
-            if w is not None:
-                w.attach(self.cuda, self.driver)
+        for w in self.workers:
+            w.attach(self.cuda, self.driver)
         if self.cuda:
             self.stamp_fn = self.driver.function(_STAMP_PTX, "eval_stamp")
             self.stamps = torch.zeros(2, dtype=torch.int64, device="cuda")
@@ -1116,6 +1205,27 @@ class Judge:
             device = f"{p.name} (sm_{p.major}{p.minor}, {p.multi_processor_count} SMs)"
         return f"{device}  (torch {torch.__version__}, triton {triton_version()})"
 
+    def release_memory(self) -> None:
+        """Between cases on the CPU: the freed inputs' memory back to the machine (glibc keeps freed heap
+        memory for the process; the next case's worker and inputs need it)."""
+        gc.collect()
+        libc = _libc()
+        if not self.cuda and libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+
+    def check_fits(self, case: TestCase) -> None:
+        """On the CPU, where the judge, the worker and their copies of an input share the machine's
+        memory: CaseSkipped if the case would not fit, judged from its sizes before anything is generated."""
+        estimate = getattr(self.reference, "input_bytes", None)
+        available = available_memory() if not self.cuda and estimate is not None else None
+        if available is None:
+            return
+        one = estimate(**case.args)
+        if HARNESS_MEMORY_FACTOR * one > available:
+            raise CaseSkipped(f"skipped: its input is about {one / 1e9:.1f} GB (from its sizes) and a run of it needs "
+                              f"about {HARNESS_MEMORY_FACTOR} times that, more than the {available / 1e9:.1f} GB this "
+                              f"machine has available")
+
     def ensure_started(self, worker: WorkerProcess, timeout: float) -> None:
         """A worker that is set up: the one spawned at start, or a new one after a failure."""
         deadline = time.monotonic() + timeout
@@ -1126,10 +1236,13 @@ class Judge:
                 worker.stop()
             worker.start(deadline)
 
+    @property
+    def workers(self) -> list:
+        return [w for w in (self.worker, self.null, self.other) if w is not None]
+
     def close(self) -> None:
-        for w in (self.worker, self.null):
-            if w is not None:
-                w.stop()
+        for w in self.workers:
+            w.stop()
         kill_descendants(keep=set())
         self.sandbox.remove()
 
@@ -1157,10 +1270,14 @@ class Judge:
     def _fit(self, arena_bytes: int, result_bytes: int) -> None:
         """Grows the shared regions as inputs need (old ones stay mapped until the judge exits)."""
         if self.arena is None or self.arena.nbytes < arena_bytes:
+            if self.arena is not None:
+                self.arena.replaced()
             self.regions += 1
             self.arena = SharedRegion(arena_bytes * 5 // 4 + 4096, self.cuda, self.driver, self.sandbox.dir,
                                       f"arena{self.regions}")
         if self.result is None or self.result.nbytes != max(result_bytes, 1):
+            if self.result is not None:
+                self.result.replaced()
             self.regions += 1
             self.result = SharedRegion(result_bytes, self.cuda, self.driver, self.sandbox.dir,
                                        f"result{self.regions}")
@@ -1214,9 +1331,9 @@ class Judge:
         return not result, str(result)
 
     # -- calls -------------------------------------------------------------------------------
-    def _present(self, prep: Prepared, deadline: float) -> None:
+    def _present(self, prep: Prepared, deadline: float, worker=None) -> None:
         """The input in the worker's arena, the result region poisoned: for an untimed call."""
-        self._map(self.worker, prep, deadline)
+        self._map(worker or self.worker, prep, deadline)
         prep.layout.write(prep.layout.views(self.arena.tensor))
         self.result.tensor.fill_(0xFF)
         self._sync()
@@ -1227,10 +1344,10 @@ class Judge:
         self.worker.send(op="profile")
         return str(self.worker.receive("profile", deadline).get("table", ""))
 
-    def call_once(self, prep: Prepared, deadline: float) -> tuple[bool, str]:
-        """One untimed call on the input, checked."""
-        worker = self.worker
-        self._present(prep, deadline)
+    def call_once(self, prep: Prepared, deadline: float, worker=None) -> tuple[bool, str]:
+        """One untimed call on the input (by the submission's worker, or the given one), checked."""
+        worker = worker or self.worker
+        self._present(prep, deadline, worker)
         worker.send(op="call")
         done = worker.receive("done", deadline)
         good, message = self.check(prep, (done.get("output"), self.result.tensor.clone()))
@@ -1419,17 +1536,27 @@ class Outcome:
     summary: list  # human lines printed after every worker process is gone
 
 
-def run_tests(report: Report, judge: Judge, cases: list[TestCase], timeout: float) -> Outcome:
+def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunClock") -> Outcome:
     report.log("test-count", len(cases))
-    passed = 0
+    passed = skipped = 0
     for i, case in enumerate(cases):
         report.log(f"test.{i}.spec", case.spec)
         start = time.perf_counter()
-        deadline = time.monotonic() + timeout
         try:
-            judge.ensure_started(judge.worker, timeout)
+            clock.start_case(len(cases) - i)
+            judge.check_fits(case)
+            judge.ensure_started(judge.worker, clock.left())
             prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
-            good, message = judge.call_once(prep, deadline)
+            good, message = judge.call_once(prep, clock.deadline)
+            del prep
+            judge.release_memory()
+        except CaseSkipped as e:
+            skipped += 1
+            report.log(f"test.{i}.status", "skip")
+            report.log(f"test.{i}.message", _first_line(str(e)))
+            report.record(spec=case.spec, status="skip", message=str(e))
+            report.say(f"[SKIP] test {i}: {case.spec}\n       {e}")
+            continue
         except CaseFailure as e:
             good, message = False, str(e)
             judge.worker.stop()
@@ -1440,7 +1567,8 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], timeout: floa
         report.record(spec=case.spec, status="pass" if good else "fail", message=message)
         report.say(f"[{'PASS' if good else 'FAIL'}] test {i}: {case.spec}  ({took:.1f} s)")
         report.say(f"       {_first_line(message) if good else message.strip()}")
-    return Outcome(passed == len(cases), [f"\n{passed}/{len(cases)} tests passed"])
+    summary = f"\n{passed}/{len(cases) - skipped} tests passed" + (f", {skipped} skipped (memory)" if skipped else "")
+    return Outcome(passed == len(cases) - skipped, [summary])
 
 
 @dataclasses.dataclass
@@ -1448,27 +1576,34 @@ class CaseTimes:
     """A timed case: its statistics and the judge's figures (stats), or why it failed (error); the raw
     calls and null calls either way (for --json)."""
     error: str = ""
+    skipped: str = ""
     stats: dict = dataclasses.field(default_factory=dict)
     calls: list = dataclasses.field(default_factory=list)
     nulls: list = dataclasses.field(default_factory=list)
 
 
-def benchmark_case(judge: Judge, case: TestCase, timeout: float, ranked: bool) -> CaseTimes:
+def benchmark_case(judge: Judge, case: TestCase, clock: "RunClock", cases_left: int, ranked: bool) -> CaseTimes:
     result = CaseTimes()
     try:
-        result.error = _time_case(judge, case, timeout, ranked, result)
+        share_s = clock.start_case(cases_left)
+        judge.check_fits(case)
+        result.error = _time_case(judge, case, clock, share_s, ranked, result)
+    except CaseSkipped as e:
+        result.skipped = str(e)
     except CaseFailure as e:
         result.error = str(e)
     return result
 
 
-def _time_case(judge: Judge, case: TestCase, timeout: float, ranked: bool, result: CaseTimes) -> str:
-    """Fills result.calls, .nulls and .stats; returns '' or why the case failed."""
-    deadline = time.monotonic() + timeout
+def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, ranked: bool,
+               result: CaseTimes) -> str:
+    """Fills result.calls, .nulls and .stats; returns '' or why the case failed. share_s: the case's
+    share of the run's time left; its timing loop stops after a part of it."""
+    deadline = clock.deadline
     gen = judge.reference.generate_input
-    judge.ensure_started(judge.worker, timeout)
+    judge.ensure_started(judge.worker, clock.left())
     null = judge.null
-    judge.ensure_started(null, timeout)
+    judge.ensure_started(null, clock.left())
     prep = judge.prepare(gen(**case.args), form_too=True)
     good, message = judge.call_once(prep, deadline)
     if not good:
@@ -1479,6 +1614,7 @@ def _time_case(judge: Judge, case: TestCase, timeout: float, ranked: bool, resul
     nulls.extend(judge.timed(null, prep, deadline, mimic)[0] for _ in range(NULL_CALIBRATION))
     repeats, max_time = (RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS) if ranked else (BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS)
     wall_start = time.perf_counter_ns()
+    wall_limit = min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
     for i in range(repeats):
         if ranked:  # a fresh input from a secret seed: nothing of it exists before this call
             args = dict(case.args, seed=secrets.randbits(63))
@@ -1507,7 +1643,7 @@ def _time_case(judge: Judge, case: TestCase, timeout: float, ranked: bool, resul
         if i + 1 >= MIN_RUNS:
             s = calculate_stats([c.device_ns for c in calls])
             if (s.err / s.mean < 0.001 or s.mean * s.runs > max_time
-                    or time.perf_counter_ns() - wall_start > WALL_LIMIT_NS):
+                    or time.perf_counter_ns() - wall_start > wall_limit):
                 break
     problem = verify_times(calls, nulls, MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"])
     if problem:
@@ -1521,7 +1657,7 @@ def _time_case(judge: Judge, case: TestCase, timeout: float, ranked: bool, resul
     return ""
 
 
-def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], timeout: float, ranked: bool) -> Outcome:
+def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "RunClock", ranked: bool) -> Outcome:
     if not judge.cuda:
         report.say("NOTE: no CUDA device: the times below are CPU wall-clock times of whatever path the "
                    "submission takes on the CPU, not GPU kernel times.\n")
@@ -1533,7 +1669,15 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], timeout:
     means, bests, notes, failed = [], [], [], []
     for i, case in enumerate(cases):
         report.log(f"benchmark.{i}.spec", case.spec)
-        times = benchmark_case(judge, case, timeout, ranked)
+        times = benchmark_case(judge, case, clock, len(cases) - i, ranked)
+        judge.release_memory()
+        if times.skipped:
+            report.log(f"benchmark.{i}.status", "skip")
+            report.log(f"benchmark.{i}.message", _first_line(times.skipped))
+            report.record(spec=case.spec, status="skip", message=times.skipped)
+            report.say(f"{i:>2}  {case.spec:52s} SKIP\n      {times.skipped}")
+            notes.append(f"case {i} skipped: the score covers the other cases only")
+            continue
         report.record(spec=case.spec, status="fail" if times.error else "pass", error=times.error, stats=times.stats,
                       calls=[dataclasses.astuple(c) for c in times.calls],
                       nulls=[dataclasses.astuple(c) for c in times.nulls])
@@ -1563,6 +1707,8 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], timeout:
     if failed:
         return Outcome(False, [*notes, f"\n{len(failed)} of {len(cases)} cases failed ({', '.join(map(str, failed))}): "
                                        f"no score"])
+    if not means:
+        return Outcome(False, [*notes, "\nno case could run on this machine: no score"])
     geo = math.exp(sum(math.log(m) for m in means) / len(means))
     best = math.exp(sum(math.log(b) for b in bests) / len(bests))
     summary = [*notes, f"\ngeometric mean of the means (ranking score): {_fmt_ns(geo)}",
@@ -1572,16 +1718,23 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], timeout:
     return Outcome(True, summary)
 
 
-def run_profiles(report: Report, judge: Judge, cases: list[TestCase], timeout: float) -> Outcome:
+def run_profiles(report: Report, judge: Judge, cases: list[TestCase], clock: "RunClock") -> Outcome:
     report.log("benchmark-count", len(cases))
     ok = True
     for i, case in enumerate(cases):
         report.log(f"benchmark.{i}.spec", case.spec)
-        deadline = time.monotonic() + timeout
         try:
-            judge.ensure_started(judge.worker, timeout)
+            clock.start_case(len(cases) - i)
+            judge.check_fits(case)
+            judge.ensure_started(judge.worker, clock.left())
             prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
-            table = judge.profile(prep, deadline)
+            table = judge.profile(prep, clock.deadline)
+        except CaseSkipped as e:
+            report.log(f"benchmark.{i}.status", "skip")
+            report.log(f"benchmark.{i}.message", _first_line(str(e)))
+            report.record(spec=case.spec, status="skip", message=str(e))
+            report.say(f"profile {i}: {case.spec}: SKIP\n{e}")
+            continue
         except CaseFailure as e:
             ok = False
             judge.worker.stop()
@@ -1594,6 +1747,109 @@ def run_profiles(report: Report, judge: Judge, cases: list[TestCase], timeout: f
         report.log(f"benchmark.{i}.report", base64.b64encode(table.encode(), b"+*").decode())
         report.say(f"profile {i}: {case.spec}\n{table}")
     return Outcome(ok, [])
+
+
+def _log_ratio(a: list[float], b: list[float]) -> tuple[float, float]:
+    """Mean and standard error of log(a_i / b_i) over paired calls."""
+    logs = [math.log(x / y) for x, y in zip(a, b) if x > 0 and y > 0]
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in logs) / max(len(logs) - 1, 1))
+    return mean, sd / math.sqrt(len(logs))
+
+
+def _interval(log_mean: float, log_se: float) -> str:
+    z = COMPARE_Z
+    return f"{math.exp(log_mean):.3f} [{math.exp(log_mean - z * log_se):.3f}, {math.exp(log_mean + z * log_se):.3f}]"
+
+
+def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) -> tuple[str, dict]:
+    """A against B on one input: ('', figures) or (why the case failed, {}). Both are checked, then
+    timed in turn (A B, then B A, ...) on the same protocol, each against nulls that take as long as
+    its calls; the ratio is the geometric mean of the per-pair ratios of their ranked times."""
+    deadline = clock.deadline
+    sides = {"A": judge.worker, "B": judge.other}
+    for w in (*sides.values(), judge.null):
+        judge.ensure_started(w, clock.left())
+    prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
+    for name, w in sides.items():
+        good, message = judge.call_once(prep, deadline, worker=w)
+        if not good:
+            return f"{name}: {message}", {}
+    calls = {name: [] for name in sides}
+    nulls = {}
+    for name, w in sides.items():
+        warm = [judge.timed(w, prep, deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
+        mimic = _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
+        nulls[name] = [judge.timed(judge.null, prep, deadline, mimic)[0] for _ in range(NULL_CALIBRATION)]
+    wall_start, wall_limit = time.perf_counter_ns(), min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
+    for i in range(BENCH_MAX_REPEATS):
+        for name in (("A", "B") if i % 2 == 0 else ("B", "A")):
+            gc.disable()
+            try:
+                call, returned = judge.timed(sides[name], prep, deadline)
+            finally:
+                gc.enable()
+            good, message = judge.check(prep, returned)
+            if not good:
+                return f"{name}: timed call {i}: {message}", {}
+            if not math.isfinite(call.device_ns) or call.device_ns <= 0:
+                return f"{name}: timed call {i}: its process reported a time of {call.device_ns} ns", {}
+            calls[name].append(call)
+            if (i + 1) % NULL_EVERY == 0:
+                mimic = _median([c.device_ns for c in calls[name]])
+                nulls[name].append(judge.timed(judge.null, prep, deadline, mimic)[0])
+        if i + 1 >= MIN_RUNS:
+            _, se = _log_ratio([c.device_ns for c in calls["A"]], [c.device_ns for c in calls["B"]])
+            if se < 0.001 or time.perf_counter_ns() - wall_start > wall_limit:
+                break
+    margin = MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"]
+    for name in sides:
+        problem = verify_times(calls[name], nulls[name], margin)
+        if problem:
+            return f"{name}: {problem}", {}
+    ranked = {name: ranked_times(calls[name], nulls[name]) for name in sides}
+    log_mean, log_se = _log_ratio(ranked["A"], ranked["B"])
+    return "", {"A": sum(ranked["A"]) / len(ranked["A"]), "B": sum(ranked["B"]) / len(ranked["B"]),
+                "log_ratio": log_mean, "log_se": log_se, "pairs": len(ranked["A"])}
+
+
+def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunClock, names: tuple) -> Outcome:
+    report.say(f"A = {names[0]}\nB = {names[1]}\n")
+    if not judge.cuda:
+        report.say("NOTE: no CUDA device: CPU wall-clock times of whatever path each submission takes on the CPU.\n")
+    header = f"{'#':>2}  {'case':52s} {'A mean':>11s} {'B mean':>11s} {'pairs':>5s}  A/B [95 % interval]"
+    report.say(header)
+    report.say("-" * len(header))
+    logs, variances, failed = [], [], []
+    for i, case in enumerate(cases):
+        try:
+            share_s = clock.start_case(len(cases) - i)
+            judge.check_fits(case)
+            error, fig = compare_case(judge, case, clock, share_s)
+        except CaseSkipped as e:
+            report.say(f"{i:>2}  {case.spec:52s} SKIP\n      {e}")
+            continue
+        except CaseFailure as e:
+            error, fig = str(e), {}
+        judge.release_memory()
+        report.record(spec=case.spec, status="fail" if error else "pass", error=error, stats=fig)
+        if error:
+            failed.append(i)
+            report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {error.strip()}")
+            continue
+        logs.append(fig["log_ratio"])
+        variances.append(fig["log_se"] ** 2)
+        report.say(f"{i:>2}  {case.spec:52s} {_fmt_ns(fig['A']):>11s} {_fmt_ns(fig['B']):>11s} {fig['pairs']:>5d}  "
+                   f"{_interval(fig['log_ratio'], fig['log_se'])}")
+    if failed or not logs:
+        return Outcome(False, [f"\n{len(failed)} of {len(cases)} cases failed: no comparison" if failed
+                               else "\nno case could run: no comparison"])
+    mean = sum(logs) / len(logs)
+    se = math.sqrt(sum(variances)) / len(logs)
+    lo, hi = math.exp(mean - COMPARE_Z * se), math.exp(mean + COMPARE_Z * se)
+    verdict = ("A is faster" if hi < 1 else "A is slower" if lo > 1 else
+               "no difference the run can tell (the interval holds 1)")
+    return Outcome(True, [f"\ngeometric mean of A/B over the cases: {_interval(mean, se)} (95 %): {verdict}"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1642,13 +1898,26 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog="eval.py", description=__doc__.split("\n\n")[0].strip(),
                                      epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("mode", choices=MODES)
-    parser.add_argument("tests_file", nargs="?", help="cases, one per line (default: from task.yml)")
+    parser.add_argument("files", nargs="*", metavar="FILE", help="TESTS_FILE: cases, one per line (default: from "
+                        "task.yml); in compare mode A.py B.py [TESTS_FILE]")
     parser.add_argument("--problem", default=str(ROOT), help="problem directory (default: %(default)s)")
     parser.add_argument("--submission", help="submission file (default: DIR/submission.py)")
     parser.add_argument("--json", metavar="FILE", help="also write the run's results to FILE as JSON: cases, "
                         "status, statistics, each timed call (device_ns, judge_ns, host_ns, early) and null call, "
                         "device, versions")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.other = None
+    if args.mode == "compare":
+        if len(args.files) not in (2, 3):
+            parser.error("compare takes two submissions and, optionally, a tests file: compare A.py B.py [TESTS_FILE]")
+        if args.submission:
+            parser.error("compare names its submissions itself: compare A.py B.py")
+        args.submission, args.other = args.files[:2]
+        args.files = args.files[2:]
+    elif len(args.files) > 1:
+        parser.error(f"{args.mode} takes at most one tests file, got {len(args.files)} files")
+    args.tests_file = args.files[0] if args.files else None
+    return args
 
 
 def open_popcorn_fd():
@@ -1677,9 +1946,11 @@ def main(argv=None) -> int:
     if not (problem / "reference.py").is_file():
         print(f"eval.py: {problem} is not a problem directory (no reference.py)", file=sys.stderr)
         return 2
-    if not submission.is_file():
-        print(f"eval.py: submission file {submission} not found", file=sys.stderr)
-        return 2
+    other = Path(args.other).resolve() if args.other else None
+    for path in (submission, other):
+        if path is not None and not path.is_file():
+            print(f"eval.py: submission file {path} not found", file=sys.stderr)
+            return 2
     protect_judge()
     fd_file = open_popcorn_fd()
     seed_env = os.environ.pop("POPCORN_SEED", None)
@@ -1700,15 +1971,19 @@ def main(argv=None) -> int:
         print(f"eval.py: {e}", file=sys.stderr)
         return EXIT_BAD_TESTS
     cases = make_cases(raw, seed)
-    timeout = float(task[{"test": "test_timeout", "leaderboard": "ranked_timeout"}.get(args.mode, "benchmark_timeout")])
+    limit_key = {"test": "test_timeout", "leaderboard": "ranked_timeout"}.get(args.mode, "benchmark_timeout")
 
     report = Report(fd_file)
     guard = FileGuard(problem)
-    judge = Judge(problem, submission, report, timed=args.mode in ("benchmark", "leaderboard"))
+    # kernelbot runs profile mode under `ncu --nvtx-include custom_kernel/` with POPCORN_NCU=1.
+    under_ncu = args.mode == "profile" and os.environ.pop("POPCORN_NCU", "0").strip().lower() in ("1", "true", "yes")
+    judge = Judge(problem, submission, report, timed=args.mode in ("benchmark", "leaderboard", "compare"),
+                  under_ncu=under_ncu, other=other)
+    clock = RunClock(float(task[limit_key]), limit_key, per_case=not judge.cuda)
     outcome = Outcome(False, [])
     try:
         try:
-            judge.ensure_started(judge.worker, timeout)
+            judge.ensure_started(judge.worker, clock.start())
         except CaseFailure as e:
             report.say(f"eval.py: the worker could not start: {e}")
         else:
@@ -1716,11 +1991,13 @@ def main(argv=None) -> int:
                        + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases")
             report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
             if args.mode == "test":
-                outcome = run_tests(report, judge, cases, timeout)
+                outcome = run_tests(report, judge, cases, clock)
+            elif args.mode == "compare":
+                outcome = run_compare(report, judge, cases, clock, (str(args.submission), str(args.other)))
             elif args.mode == "profile":
-                outcome = run_profiles(report, judge, cases, timeout)
+                outcome = run_profiles(report, judge, cases, clock)
             else:
-                outcome = run_benchmarks(report, judge, cases, timeout, ranked=args.mode == "leaderboard")
+                outcome = run_benchmarks(report, judge, cases, clock, ranked=args.mode == "leaderboard")
     finally:
         judge.close()  # every process the worker started is gone before the last result line
     changed = guard.changed()

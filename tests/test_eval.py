@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,10 @@ INLINE = {
     "not_a_tensor": "def custom_kernel(data):\n    return [1, 2, 3]\n",
     "crashes": "import os\ndef custom_kernel(data):\n    os._exit(3)\n",
     "hangs": "import time\ndef custom_kernel(data):\n    time.sleep(3600)\n",
+    "killed": "import os, signal\ndef custom_kernel(data):\n    os.kill(os.getpid(), signal.SIGKILL)\n",
+    # honest_bf16 and then 4 ms of busy waiting: compare mode must tell it is slower
+    "slowed": "import time\nfrom reference import ref_kernel\ndef custom_kernel(data):\n    out = ref_kernel(data)\n"
+              "    end = time.perf_counter() + 0.004\n    while time.perf_counter() < end:\n        pass\n    return out\n",
     "no_kernel": "x = 1\n",
     "wrong_first": "import torch\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
                    "    return torch.zeros_like(ref_kernel(data)) if data[4]['batch_size'] == 2 else ref_kernel(data)\n",
@@ -50,7 +55,7 @@ INLINE = {
 
 @pytest.fixture(scope="module")
 def problem(tmp_path_factory):
-    """A copy of the problem with small cases and a short per-case timeout, holding every submission."""
+    """A copy of the problem with small cases and short time limits, holding every submission."""
     d = tmp_path_factory.mktemp("problem")
     for name in ("reference.py", "task.py"):
         shutil.copy(ROOT / name, d / name)
@@ -125,6 +130,7 @@ def test_tests_file_argument_and_seed(problem, tmp_path):
     ("wrong_shape", "shape (3,)"),
     ("not_a_tensor", "must be a torch.Tensor, got list"),
     ("crashes", "exit code 3"),
+    ("killed", "killed by signal SIGKILL (killed: most often the machine ran out of memory)"),
     ("no_kernel", "custom_kernel"),
 ])
 def test_bad_submissions_fail_each_case_and_harness_goes_on(problem, submission, needle):
@@ -135,13 +141,47 @@ def test_bad_submissions_fail_each_case_and_harness_goes_on(problem, submission,
     assert needle in log["test.0.error"] and needle in out
 
 
-def test_hanging_submission_times_out(problem, tmp_path, one_case):
+def test_a_case_too_large_for_the_machine_is_skipped_before_it_is_generated(problem, tmp_path):
+    d = tmp_path / "p"
+    shutil.copytree(problem, d)
+    with open(d / "reference.py", "a") as f:  # this machine's memory against an input of a petabyte
+        f.write("\n_sized = input_bytes\ndef input_bytes(**case):\n"
+                "    return 10**15 if case['kvseqlen'] == 65 else _sized(**case)\n")
+    for mode in ("test", "benchmark"):
+        code, out, err, log, _ = run_eval(d, mode, popcorn=True)
+        assert code == 0, out + err
+        key = "test" if mode == "test" else "benchmark"
+        assert log[f"{key}.0.status"] == "skip" and "more than the" in log[f"{key}.0.message"]
+        assert "generate" not in err  # skipped before its input existed
+    assert "covers the other cases only" in out and "ranking score" in out
+
+
+def test_a_hang_fails_within_the_time_limit(problem, tmp_path):
     d = tmp_path / "p"
     shutil.copytree(problem, d)
     (d / "task.yml").write_text((problem / "task.yml").read_text().replace("test_timeout: 60", "test_timeout: 8"))
-    code, out, err, log, _ = run_eval(d, "test", submission="hangs", extra=[one_case], popcorn=True, timeout=120)
-    assert code == 112
+    start = time.monotonic()
+    code, out, err, log, _ = run_eval(d, "test", submission="hangs", popcorn=True, timeout=120)
+    took = time.monotonic() - start
+    assert code == 112 and log["check"] == "fail"
     assert log["test.0.status"] == "fail" and "timed out" in log["test.0.error"]
+    if CUDA:  # the limit is the whole run's, as kernelbot applies it
+        assert took < 8 + 3
+        assert log["test.1.status"] == "fail" and "not run: the run's time limit (8 s" in log["test.1.error"]
+    else:  # each case's
+        assert took < 2 * 8 + 5 and "timed out" in log["test.1.error"]
+
+
+def test_the_run_clock_ends_a_run_before_its_limit():
+    clock = harness.RunClock(3.0, "benchmark_timeout", per_case=False)
+    assert 0 < clock.left() <= 3.0 - 0.3  # a reserve to finish the report
+    assert clock.start_case(cases_left=2) == pytest.approx(clock.left() / 2, rel=0.01)
+    time.sleep(clock.left() + 0.05)
+    with pytest.raises(harness.CaseFailure, match=r"not run: the run's time limit \(3 s, task.yml `benchmark_timeout`\)"):
+        clock.start_case(cases_left=1)
+    per_case = harness.RunClock(3.0, "test_timeout", per_case=True)
+    time.sleep(0.1)
+    assert per_case.start_case(cases_left=5) == 3.0 and per_case.left() > 2.9
 
 
 def test_benchmark_mode_reports_stats(problem):
@@ -183,6 +223,30 @@ def test_honest_submissions_pass_the_leaderboard(problem, one_case, submission):
                                       env={"POPCORN_SEED": "99"})
     assert code == 0, out + err
     assert log["check"] == "pass" and int(log["benchmark.0.runs"]) >= harness.MIN_RUNS
+
+
+def _compare(problem, a, b, one_case):
+    cmd = [sys.executable, str(ROOT / "eval.py"), "compare", str(problem / f"{a}.py"), str(problem / f"{b}.py"),
+           one_case, "--problem", str(problem)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")})
+    m = re.search(r"geometric mean of A/B over the cases: ([\d.]+) \[([\d.]+), ([\d.]+)\]", proc.stdout)
+    assert proc.returncode == 0 and m, proc.stdout + proc.stderr
+    return proc.stdout, *map(float, m.groups())
+
+
+def test_compare_tells_a_slower_copy_from_the_same_submission(problem, one_case):
+    out, ratio, lo, hi = _compare(problem, "honest_bf16", "slowed", one_case)
+    assert lo <= ratio <= hi < 0.9 and "A is faster" in out  # 4 ms more per call, on a call of ~1 ms
+    out, ratio, lo, hi = _compare(problem, "honest_bf16", "honest_bf16", one_case)
+    # The same file twice: 1 within a few %. (On a GPU the interval holds 1; on two shared CPU cores the
+    # two worker processes' placement can differ by a few %.)
+    assert 0.9 < ratio < 1.1 and (CUDA is False or lo <= 1.0 <= hi)
+
+
+def test_compare_takes_two_submissions():
+    proc = subprocess.run([sys.executable, str(ROOT / "eval.py"), "compare", "a.py"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "compare A.py B.py" in proc.stderr
 
 
 def test_profile_mode(problem):

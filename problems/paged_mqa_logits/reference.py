@@ -342,6 +342,17 @@ def check_implementation(data: input_t, output: output_t) -> tuple[bool, str]:
     return make_checker(data)(output)
 
 
+def input_bytes(batch: int, next_n: int, context: int, seed: int = 0, random: int = 1) -> int:
+    """The bytes of one input of these sizes, at most, known before it is generated: what the judge
+    weighs against the machine's memory (the fp32 keys of the generation included)."""
+    hi = max(math.floor(1.3 * context), 1) if random else max(context, 1)
+    max_model_len = _round_up(hi, BLOCK_SIZE)
+    blocks = batch * (max_model_len // BLOCK_SIZE) * 11 // 10 + 1
+    per_token = HEAD_DIM * 4 + FP8_ROW_BYTES + FP4_ROW_BYTES  # fp32 keys while generating, both caches
+    rows = batch * next_n
+    return blocks * BLOCK_SIZE * per_token + rows * (max_model_len * 4 + NUM_HEADS * HEAD_DIM * 2 + NUM_HEADS * 4)
+
+
 def min_bytes(data: input_t) -> int:
     """The fewest bytes one call must move through device memory: the fp4 pair (the smaller) read once
     for the tokens in use, the weights, context lengths and used block-table entries read, the whole
