@@ -26,7 +26,7 @@ A timed call is the device time of custom_kernel(data): the GPU is held until th
 so the host's time to enqueue it is measured beside the score (host/call), not in it. The judge
 writes the call's inputs only after the call has returned, then flushes L2 (left clean) and releases
 the GPU: nothing that depends on the inputs can run before the clock starts. Times are measured in
-the worker and checked against the judge's own clock (README "What the judge guarantees").
+the worker and checked against the judge's own clock (docs/judge.md, "What the judge guarantees").
 
 Runner protocol: when POPCORN_FD names an open file descriptor, results are also written there as
 `key: value` lines (check, test-count, test.N.spec/status/error/message, benchmark-count,

@@ -66,19 +66,18 @@ FMT_BYTES_PER_TOKEN = {"mxfp4": MXFP4_ROW_BYTES + MXFP4_SCALES, "fp8": QK_DIM, "
 
 # ----------------------------------------------------------------------------------------
 # Routing. Plan = (fmt, block_n, num_splits, num_warps, num_stages, kernel).
-# PLANS is produced offline by tools/tune_mla.py on an H200 (see tools/NOTES_mla.md) and
+# PLANS is produced offline by tools/tune_mla.py on an H200 (see docs/mla_notes.md) and
 # keyed by (batch_size, kv_seq_len, q_seq_len). Nothing is timed at run time.
 # kernel: KERNEL_HMMA / KERNEL_WGMMA are _mla_split_kernel's two orientations (its TRANS);
 # KERNEL_GLUON is _mla_fp8_wgmma_kernel (fp8 cache, block_n 64, 4 warps, 2 stages).
 # ----------------------------------------------------------------------------------------
 KERNEL_HMMA, KERNEL_WGMMA, KERNEL_GLUON = 0, 1, 2
 
-# Written by `python tools/tune_mla.py` on an H200 (last: --around-plans, tools/device_logs/
-# mla_tune_around_8.md; timings in tools/NOTES_mla.md). Since the Gluon kernel merges its own splits
-# (ninth session) its split counts were re-checked (mla_split_sweep_9.log) and it took 4 x 1024 too.
+# Written by `python tools/tune_mla.py` on an H200 (last: --around-plans; timings in docs/mla_notes.md).
+# The Gluon kernel's split counts were re-checked once it merged its own splits, and it took 4 x 1024 too.
 PLANS = {
     # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, kernel),  # ms
-    (4, 1024, 1): ('fp8', 64, 16, 4, 2, 2),  # 0.0110 (GPU time, mla_gluon_small_9.log)
+    (4, 1024, 1): ('fp8', 64, 16, 4, 2, 2),  # 0.0110 (GPU time)
     (4, 8192, 1): ('fp8', 64, 33, 4, 2, 2),  # 0.0268
     (32, 1024, 1): ('fp8', 64, 4, 4, 2, 2),  # 0.0245
     (32, 8192, 1): ('fp8', 64, 8, 4, 2, 2),  # 0.0667

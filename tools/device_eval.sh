@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The acceptance run on a GPU machine: eval.py test, benchmark and leaderboard for the root problem
-# (and for any problem directories given as arguments), logs under $OUT (default: ./device_logs).
+# (and for any problem directories given as arguments), logs under $OUT (default: /tmp/device_logs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-tools/device_logs}
+out=${OUT:-/tmp/device_logs}  # device logs stay out of the tree
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 status=0

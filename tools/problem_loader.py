@@ -1,4 +1,4 @@
-"""Shared set-up of the device diagnostics in tools/ (host_exposure, flush_effect, kernel_times): a
+"""Shared set-up of the device diagnostics in tools/ (kernel_times, ncu_case): a
 problem directory's modules, imported as eval.py's worker imports them, and GPU-only timing."""
 import importlib.util
 import math

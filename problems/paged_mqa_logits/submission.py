@@ -19,7 +19,7 @@ whole (rows, max_model_len) output is written exactly once, by this one kernel.
       dequantized in registers to bf16 exactly (E2M1 x 2^(e-127) is a bf16 value for every e), the
       block scales folded in, so one bf16 wgmma pair per page (HGMMA; even and odd elements) gives
       the exact products summed in fp32. Half the cache bytes of fp8, but on the H200 it is slower
-      (135 vs 84 us at batch 256 x 8192; README "The fp4 kernels"), so PLANS read fp8.
+      (135 vs 84 us at batch 256 x 8192; docs/paged_design.md "The fp4 kernels"), so PLANS read fp8.
   fp4w (Gluon, below the Triton kernel): the fp4 pair with the keys read from shared memory straight
       into the wgmma register operand and decoded there to e5m2 with the block scales folded in; one
       fp8 wgmma pair per page (QGMMA). 110 us at batch 256 x 8192: issue-bound (about 370 instructions
