@@ -963,6 +963,12 @@ class RunClock:
                               f"reached")
         return self.left() / max(cases_left, 1)
 
+    def credit(self, seconds: float) -> None:
+        """Without CUDA, the case's limit bounds the submission, not the judge: the judge's own work in a
+        case (a ranked call's fresh input and its check) extends it. On a GPU the run's limit is absolute."""
+        if self.per_case:
+            self.deadline += seconds
+
     def start(self) -> float:
         """Time for the worker's start-up, before the first case."""
         return self.limit_s if self.per_case else self.left()
@@ -1085,7 +1091,7 @@ class WorkerProcess:
             if remaining <= 0:
                 if or_none:
                     return None
-                raise CaseFailure("timed out (the run's time limit from task.yml)")
+                raise CaseFailure("timed out (the time limit from task.yml)")
             ready, _, _ = select.select([self.sock], [], [], 0 if now < poll_until else min(remaining, 0.2))
             if not ready:
                 if self.proc.poll() is not None:
@@ -1095,7 +1101,7 @@ class WorkerProcess:
             try:
                 msg = json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT))
             except socket.timeout:
-                raise CaseFailure("timed out in the middle of a message (the run's time limit from task.yml)") from None
+                raise CaseFailure("timed out in the middle of a message (the time limit from task.yml)") from None
             except (EOFError, OSError):
                 self.proc.wait(timeout=5) if self.proc.poll() is None else None
                 raise CaseFailure(self._death("died")) from None
@@ -1599,29 +1605,32 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
                result: CaseTimes) -> str:
     """Fills result.calls, .nulls and .stats; returns '' or why the case failed. share_s: the case's
     share of the run's time left; its timing loop stops after a part of it."""
-    deadline = clock.deadline
     gen = judge.reference.generate_input
     judge.ensure_started(judge.worker, clock.left())
     null = judge.null
     judge.ensure_started(null, clock.left())
+    made = time.monotonic()
     prep = judge.prepare(gen(**case.args), form_too=True)
-    good, message = judge.call_once(prep, deadline)
+    clock.credit(time.monotonic() - made)
+    good, message = judge.call_once(prep, clock.deadline)
     if not good:
         return message
-    warm = [judge.timed(judge.worker, prep, deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
+    warm = [judge.timed(judge.worker, prep, clock.deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
     mimic = _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
     calls, nulls = result.calls, result.nulls
-    nulls.extend(judge.timed(null, prep, deadline, mimic)[0] for _ in range(NULL_CALIBRATION))
+    nulls.extend(judge.timed(null, prep, clock.deadline, mimic)[0] for _ in range(NULL_CALIBRATION))
     repeats, max_time = (RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS) if ranked else (BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS)
     wall_start = time.perf_counter_ns()
     wall_limit = min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
     for i in range(repeats):
         if ranked:  # a fresh input from a secret seed: nothing of it exists before this call
             args = dict(case.args, seed=secrets.randbits(63))
+            made = time.monotonic()
             prep = judge.prepare(gen(**args), form_too=False)
+            clock.credit(time.monotonic() - made)  # the judge's own work (on the CPU: seconds a call)
         gc.disable()
         try:
-            call, returned = judge.timed(judge.worker, prep, deadline)
+            call, returned = judge.timed(judge.worker, prep, clock.deadline)
         finally:
             gc.enable()
         good, message = judge.check(prep, returned)
@@ -1636,10 +1645,10 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         calls.append(call)
         kind = [c.device_ns for c in calls if c.early == call.early]
         if call.early and not any(n.early for n in nulls):  # the first call released before it returned
-            nulls.extend(judge.timed(null, prep, deadline, _median(kind), null_early=True)[0]
+            nulls.extend(judge.timed(null, prep, clock.deadline, _median(kind), null_early=True)[0]
                          for _ in range(NULL_CALIBRATION))
         if (i + 1) % NULL_EVERY == 0:
-            nulls.append(judge.timed(null, prep, deadline, _median(kind), null_early=call.early)[0])
+            nulls.append(judge.timed(null, prep, clock.deadline, _median(kind), null_early=call.early)[0])
         if i + 1 >= MIN_RUNS:
             s = calculate_stats([c.device_ns for c in calls])
             if (s.err / s.mean < 0.001 or s.mean * s.runs > max_time

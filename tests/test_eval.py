@@ -182,6 +182,10 @@ def test_the_run_clock_ends_a_run_before_its_limit():
     per_case = harness.RunClock(3.0, "test_timeout", per_case=True)
     time.sleep(0.1)
     assert per_case.start_case(cases_left=5) == 3.0 and per_case.left() > 2.9
+    per_case.credit(5.0)  # the judge's own work in a case does not count against the CPU's per-case limit
+    assert per_case.left() > 7.9
+    clock.credit(5.0)
+    assert clock.left() < 0  # on a GPU the run's limit is kernelbot's, absolute
 
 
 def test_benchmark_mode_reports_stats(problem):
