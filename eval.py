@@ -929,14 +929,22 @@ class CaseSkipped(Exception):
 
 
 def available_memory() -> int | None:
-    """Bytes of memory the machine can still give (MemAvailable), or None where that is not known."""
+    """Bytes of memory this process's machine can still give: MemAvailable, or less where a cgroup (a
+    container) limits it; None where neither is known."""
+    free = []
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
+                free.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
-    return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            free.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(free) if free else None
 
 
 class RunClock:
@@ -946,9 +954,11 @@ class RunClock:
     loop gets its share of the time left. Without CUDA (never a kernelbot run, and 10-100x slower) the
     same limit applies to each case instead."""
 
-    def __init__(self, limit_s: float, key: str, per_case: bool):
+    def __init__(self, limit_s: float, key: str, per_case: bool, started: float | None = None):
+        """started: when the process started (time.monotonic()); the judge's own start-up counts too."""
         self.limit_s, self.key, self.per_case = limit_s, key, per_case
-        self.deadline = time.monotonic() + limit_s - min(RUN_RESERVE_S, RUN_RESERVE_FRACTION * limit_s)
+        start = time.monotonic() if started is None else started
+        self.deadline = start + limit_s - min(RUN_RESERVE_S, RUN_RESERVE_FRACTION * limit_s)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
@@ -1274,7 +1284,8 @@ class Judge:
         return Prepared(layout, check, floor)
 
     def _fit(self, arena_bytes: int, result_bytes: int) -> None:
-        """Grows the shared regions as inputs need (old ones stay mapped until the judge exits)."""
+        """Grows the shared regions as inputs need (on a GPU old ones stay mapped until the judge exits; on
+        the CPU their files go)."""
         if self.arena is None or self.arena.nbytes < arena_bytes:
             if self.arena is not None:
                 self.arena.replaced()
@@ -1470,7 +1481,9 @@ def ranked_times(calls: list[TimedCall], nulls: list[TimedCall]) -> list[float]:
     times = []
     for c in calls:
         judged = c.judge_ns - early_base
-        times.append(judged if c.early and math.isfinite(judged) and judged > 0 else c.device_ns)
+        if c.early:  # never the report: without a usable null baseline, the judge's whole clock
+            judged = judged if math.isfinite(judged) and judged > 0 else c.judge_ns
+        times.append(judged if c.early else c.device_ns)
     return times
 
 
@@ -1552,10 +1565,8 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
             clock.start_case(len(cases) - i)
             judge.check_fits(case)
             judge.ensure_started(judge.worker, clock.left())
-            prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
-            good, message = judge.call_once(prep, clock.deadline)
-            del prep
-            judge.release_memory()
+            good, message = judge.call_once(judge.prepare(judge.reference.generate_input(**case.args), form_too=True),
+                                            clock.deadline)
         except CaseSkipped as e:
             skipped += 1
             report.log(f"test.{i}.status", "skip")
@@ -1566,6 +1577,8 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
         except CaseFailure as e:
             good, message = False, str(e)
             judge.worker.stop()
+        finally:
+            judge.release_memory()  # the case's input is gone before the next one is weighed and made
         took = time.perf_counter() - start
         report.log(f"test.{i}.status", "pass" if good else "fail")
         report.log(f"test.{i}.{'message' if good else 'error'}", _first_line(message))
@@ -1574,6 +1587,8 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
         report.say(f"[{'PASS' if good else 'FAIL'}] test {i}: {case.spec}  ({took:.1f} s)")
         report.say(f"       {_first_line(message) if good else message.strip()}")
     summary = f"\n{passed}/{len(cases) - skipped} tests passed" + (f", {skipped} skipped (memory)" if skipped else "")
+    if skipped == len(cases):
+        return Outcome(False, [summary, "no case could run on this machine"])
     return Outcome(passed == len(cases) - skipped, [summary])
 
 
@@ -1695,6 +1710,8 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
             report.log(f"benchmark.{i}.error", _first_line(times.error))
             report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {times.error.strip()}")
             failed.append(i)
+            for w in judge.workers:  # one may still be stuck in the failed call: fresh ones for the next case
+                w.stop()
             if ranked:  # as GPU MODE: a failed case ends a ranked run; benchmark mode goes on
                 return Outcome(False, [f"\nleaderboard: case {i} failed, so the run ends here: no score"])
             continue
@@ -1738,6 +1755,7 @@ def run_profiles(report: Report, judge: Judge, cases: list[TestCase], clock: "Ru
             judge.ensure_started(judge.worker, clock.left())
             prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
             table = judge.profile(prep, clock.deadline)
+            del prep
         except CaseSkipped as e:
             report.log(f"benchmark.{i}.status", "skip")
             report.log(f"benchmark.{i}.message", _first_line(str(e)))
@@ -1804,9 +1822,12 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
             if not math.isfinite(call.device_ns) or call.device_ns <= 0:
                 return f"{name}: timed call {i}: its process reported a time of {call.device_ns} ns", {}
             calls[name].append(call)
+            kind = [c.device_ns for c in calls[name] if c.early == call.early]
+            if call.early and not any(n.early for n in nulls[name]):  # its first call released before it returned
+                nulls[name].extend(judge.timed(judge.null, prep, deadline, _median(kind), null_early=True)[0]
+                                   for _ in range(NULL_CALIBRATION))
             if (i + 1) % NULL_EVERY == 0:
-                mimic = _median([c.device_ns for c in calls[name]])
-                nulls[name].append(judge.timed(judge.null, prep, deadline, mimic)[0])
+                nulls[name].append(judge.timed(judge.null, prep, deadline, _median(kind), null_early=call.early)[0])
         if i + 1 >= MIN_RUNS:
             _, se = _log_ratio([c.device_ns for c in calls["A"]], [c.device_ns for c in calls["B"]])
             if se < 0.001 or time.perf_counter_ns() - wall_start > wall_limit:
@@ -1829,14 +1850,16 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
     header = f"{'#':>2}  {'case':52s} {'A mean':>11s} {'B mean':>11s} {'pairs':>5s}  A/B [95 % interval]"
     report.say(header)
     report.say("-" * len(header))
-    logs, variances, failed = [], [], []
+    logs, variances, failed, skipped = [], [], [], []
     for i, case in enumerate(cases):
         try:
             share_s = clock.start_case(len(cases) - i)
             judge.check_fits(case)
             error, fig = compare_case(judge, case, clock, share_s)
         except CaseSkipped as e:
+            report.record(spec=case.spec, status="skip", message=str(e))
             report.say(f"{i:>2}  {case.spec:52s} SKIP\n      {e}")
+            skipped.append(i)
             continue
         except CaseFailure as e:
             error, fig = str(e), {}
@@ -1844,6 +1867,8 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
         report.record(spec=case.spec, status="fail" if error else "pass", error=error, stats=fig)
         if error:
             failed.append(i)
+            for w in judge.workers:
+                w.stop()
             report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {error.strip()}")
             continue
         logs.append(fig["log_ratio"])
@@ -1858,7 +1883,8 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
     lo, hi = math.exp(mean - COMPARE_Z * se), math.exp(mean + COMPARE_Z * se)
     verdict = ("A is faster" if hi < 1 else "A is slower" if lo > 1 else
                "no difference the run can tell (the interval holds 1)")
-    return Outcome(True, [f"\ngeometric mean of A/B over the cases: {_interval(mean, se)} (95 %): {verdict}"])
+    over = f"the {len(logs)} cases that ran" if skipped else "the cases"
+    return Outcome(True, [f"\ngeometric mean of A/B over {over}: {_interval(mean, se)} (95 %): {verdict}"])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1914,7 +1940,7 @@ def parse_args(argv):
     parser.add_argument("--json", metavar="FILE", help="also write the run's results to FILE as JSON: cases, "
                         "status, statistics, each timed call (device_ns, judge_ns, host_ns, early) and null call, "
                         "device, versions")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     args.other = None
     if args.mode == "compare":
         if len(args.files) not in (2, 3):
@@ -1943,6 +1969,7 @@ def open_popcorn_fd():
 
 
 def main(argv=None) -> int:
+    started = time.monotonic()
     argv = sys.argv[1:] if argv is None else argv
     # OpenMP threads that spin after a parallel region would take the CPU from the other processes of
     # the run (two cores: judge, worker, null worker): they sleep instead, here and in the workers.
@@ -1988,7 +2015,7 @@ def main(argv=None) -> int:
     under_ncu = args.mode == "profile" and os.environ.pop("POPCORN_NCU", "0").strip().lower() in ("1", "true", "yes")
     judge = Judge(problem, submission, report, timed=args.mode in ("benchmark", "leaderboard", "compare"),
                   under_ncu=under_ncu, other=other)
-    clock = RunClock(float(task[limit_key]), limit_key, per_case=not judge.cuda)
+    clock = RunClock(float(task[limit_key]), limit_key, per_case=not judge.cuda, started=started)
     outcome = Outcome(False, [])
     try:
         try:

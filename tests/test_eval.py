@@ -489,6 +489,8 @@ def test_a_call_released_before_it_returned_is_ranked_on_the_judges_clock():
     faked_early = harness.TimedCall(0.2e6, 2.5e6, 0.0, True)  # claims a tenth of the same call
     assert harness.ranked_times([on_time, honest_early, faked_early], nulls) == [300e3, 2.1e6, 2.1e6]
     assert harness.verify_times([honest_early, faked_early], nulls, 20e3) == ""  # no report to check
+    # without a null baseline for that path, the judge's whole clock: never the report
+    assert harness.ranked_times([faked_early], nulls[:10]) == [2.5e6]
 
 
 def test_input_layout_round_trip_preserves_values_and_strides():
