@@ -169,7 +169,7 @@ def test_a_hang_fails_within_the_time_limit(problem, tmp_path):
         assert took < 8 + 3
         assert log["test.1.status"] == "fail" and "not run: the run's time limit (8 s" in log["test.1.error"]
     else:  # each case's
-        assert took < 2 * 8 + 5 and "timed out" in log["test.1.error"]
+        assert took < 2 * 8 + 20 and "timed out" in log["test.1.error"]  # two limits, two worker starts
 
 
 def test_the_run_clock_ends_a_run_before_its_limit():
