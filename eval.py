@@ -451,8 +451,9 @@ class CudaDriver:
         return dev.value
 
     def function(self, ptx: str, name: str):
+        """Entry `name` of a PTX body (one of the _..._PTX below), loaded after the common header."""
         module, fn = ctypes.c_void_p(), ctypes.c_void_p()
-        self._call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p(ptx.encode()))
+        self._call("cuModuleLoadData", ctypes.byref(module), ctypes.c_char_p((_PTX_HEADER + ptx).encode()))
         self._call("cuModuleGetFunction", ctypes.byref(fn), module, name.encode())
         return fn
 
@@ -475,12 +476,13 @@ class _CudaArray:
                                          "version": 3, "strides": None}
 
 
+# Every PTX module below targets sm_70 and up (the hold, spin and stamp use only %globaltimer,
+# relaxed system-scope loads and nanosleep).
+_PTX_HEADER = ".version 7.0\n.target sm_70\n.address_size 64\n"
+
 # The hold: one launch that fills every SM's thread slots (so no kernel of the worker's, on any stream,
 # can start beside it) and lets go when the judge writes a release count >= target into host memory.
 _HOLD_PTX = r"""
-.version 7.0
-.target sm_70
-.address_size 64
 .visible .entry eval_hold(.param .u64 flag, .param .u32 target, .param .u64 timeout_ns)
 {
     .reg .pred %p<4>;
@@ -514,9 +516,6 @@ DONE:
 # The null submission's stand-in for a call's work: one thread that spins for a given time, so that the
 # null protocol keeps the GPU (and the judge, waiting) busy as long as the measured call did.
 _SPIN_PTX = r"""
-.version 7.0
-.target sm_70
-.address_size 64
 .visible .entry eval_spin(.param .u64 duration_ns)
 {
     .reg .pred %p<2>;
@@ -537,9 +536,6 @@ SPIN:
 # own stream right before it releases the worker and again once the worker's "staged" event has fired,
 # so what lies between is GPU time only (no process wake-ups), measured in the judge's context.
 _STAMP_PTX = r"""
-.version 7.0
-.target sm_70
-.address_size 64
 .visible .entry eval_stamp(.param .u64 out)
 {
     .reg .b64 %rd<3>;
@@ -1256,9 +1252,13 @@ class Judge:
     def workers(self) -> list:
         return [w for w in (self.worker, self.null, self.other) if w is not None]
 
-    def close(self) -> None:
+    def stop_workers(self) -> None:
+        """Every worker stopped (with what it started); ensure_started starts fresh ones when needed."""
         for w in self.workers:
             w.stop()
+
+    def close(self) -> None:
+        self.stop_workers()
         kill_descendants(keep=set())
         self.sandbox.remove()
 
@@ -1520,6 +1520,15 @@ class Report:
         self.relayed = 0
         self.cases = []  # one dict per case, for --json
 
+    def skipped(self, key: str, case: "TestCase", why: str, line: str) -> None:
+        """A case that could not run here: `key` its protocol prefix (test.N, benchmark.N, or '' for none),
+        `line` its line in the readable report."""
+        if key:
+            self.log(f"{key}.status", "skip")
+            self.log(f"{key}.message", _first_line(why))
+        self.record(spec=case.spec, status="skip", message=why)
+        self.say(line)
+
     def record(self, **case) -> None:
         self.cases.append(case)
 
@@ -1569,10 +1578,7 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
                                             clock.deadline)
         except CaseSkipped as e:
             skipped += 1
-            report.log(f"test.{i}.status", "skip")
-            report.log(f"test.{i}.message", _first_line(str(e)))
-            report.record(spec=case.spec, status="skip", message=str(e))
-            report.say(f"[SKIP] test {i}: {case.spec}\n       {e}")
+            report.skipped(f"test.{i}", case, str(e), f"[SKIP] test {i}: {case.spec}\n       {e}")
             continue
         except CaseFailure as e:
             good, message = False, str(e)
@@ -1616,54 +1622,71 @@ def benchmark_case(judge: Judge, case: TestCase, clock: "RunClock", cases_left: 
     return result
 
 
+def _prepare_timed(judge: Judge, clock: "RunClock", args: dict, form_too: bool) -> Prepared:
+    """A case's input, generated and prepared by the judge; that work is credited to the clock (on the
+    CPU it takes seconds a call and must not count against the submission's limit)."""
+    made = time.monotonic()
+    prep = judge.prepare(judge.reference.generate_input(**args), form_too=form_too)
+    clock.credit(time.monotonic() - made)
+    return prep
+
+
+def _calibrate_nulls(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: float) -> list:
+    """WARMUP_CALLS timed calls of the worker, then NULL_CALIBRATION null calls that take as long."""
+    warm = [judge.timed(worker, prep, deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
+    mimic = _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
+    return [judge.timed(judge.null, prep, deadline, mimic)[0] for _ in range(NULL_CALIBRATION)]
+
+
+def _timed_checked_call(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: float, i: int,
+                        calls: list, nulls: list) -> str:
+    """Timed call i of a case: checked, its reported time sane and over the memory floor, appended to
+    calls, with the null calls that keep its kind calibrated appended to nulls. '' or why it failed."""
+    gc.disable()
+    try:
+        call, returned = judge.timed(worker, prep, deadline)
+    finally:
+        gc.enable()
+    good, message = judge.check(prep, returned)
+    if not good:
+        return f"timed call {i}: {message}"
+    if not math.isfinite(call.device_ns) or call.device_ns <= 0:
+        return f"timed call {i}: the submission's process reported a time of {call.device_ns} ns"
+    if prep.floor_ns is not None and call.device_ns < prep.floor_ns:
+        return (f"timed call {i}: the submission's process reported {_fmt_ns(call.device_ns)}, under the memory "
+                f"floor of this input ({_fmt_ns(prep.floor_ns)}: the bytes it must move at the device's peak "
+                f"bandwidth)")
+    calls.append(call)
+    kind = [c.device_ns for c in calls if c.early == call.early]
+    if call.early and not any(n.early for n in nulls):  # the first call released before it returned
+        nulls.extend(judge.timed(judge.null, prep, deadline, _median(kind), null_early=True)[0]
+                     for _ in range(NULL_CALIBRATION))
+    if len(calls) % NULL_EVERY == 0:
+        nulls.append(judge.timed(judge.null, prep, deadline, _median(kind), null_early=call.early)[0])
+    return ""
+
+
 def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, ranked: bool,
                result: CaseTimes) -> str:
     """Fills result.calls, .nulls and .stats; returns '' or why the case failed. share_s: the case's
     share of the run's time left; its timing loop stops after a part of it."""
-    gen = judge.reference.generate_input
     judge.ensure_started(judge.worker, clock.left())
-    null = judge.null
-    judge.ensure_started(null, clock.left())
-    made = time.monotonic()
-    prep = judge.prepare(gen(**case.args), form_too=True)
-    clock.credit(time.monotonic() - made)
+    judge.ensure_started(judge.null, clock.left())
+    prep = _prepare_timed(judge, clock, case.args, form_too=True)
     good, message = judge.call_once(prep, clock.deadline)
     if not good:
         return message
-    warm = [judge.timed(judge.worker, prep, clock.deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
-    mimic = _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
     calls, nulls = result.calls, result.nulls
-    nulls.extend(judge.timed(null, prep, clock.deadline, mimic)[0] for _ in range(NULL_CALIBRATION))
+    nulls.extend(_calibrate_nulls(judge, judge.worker, prep, clock.deadline))
     repeats, max_time = (RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS) if ranked else (BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS)
     wall_start = time.perf_counter_ns()
     wall_limit = min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
     for i in range(repeats):
         if ranked:  # a fresh input from a secret seed: nothing of it exists before this call
-            args = dict(case.args, seed=secrets.randbits(63))
-            made = time.monotonic()
-            prep = judge.prepare(gen(**args), form_too=False)
-            clock.credit(time.monotonic() - made)  # the judge's own work (on the CPU: seconds a call)
-        gc.disable()
-        try:
-            call, returned = judge.timed(judge.worker, prep, clock.deadline)
-        finally:
-            gc.enable()
-        good, message = judge.check(prep, returned)
-        if not good:
-            return f"timed call {i}: {message}"
-        if not math.isfinite(call.device_ns) or call.device_ns <= 0:
-            return f"timed call {i}: the submission's process reported a time of {call.device_ns} ns"
-        if prep.floor_ns is not None and call.device_ns < prep.floor_ns:
-            return (f"timed call {i}: the submission's process reported {_fmt_ns(call.device_ns)}, under the memory "
-                    f"floor of this input ({_fmt_ns(prep.floor_ns)}: the bytes it must move at the device's peak "
-                    f"bandwidth)")
-        calls.append(call)
-        kind = [c.device_ns for c in calls if c.early == call.early]
-        if call.early and not any(n.early for n in nulls):  # the first call released before it returned
-            nulls.extend(judge.timed(null, prep, clock.deadline, _median(kind), null_early=True)[0]
-                         for _ in range(NULL_CALIBRATION))
-        if (i + 1) % NULL_EVERY == 0:
-            nulls.append(judge.timed(null, prep, clock.deadline, _median(kind), null_early=call.early)[0])
+            prep = _prepare_timed(judge, clock, dict(case.args, seed=secrets.randbits(63)), form_too=False)
+        problem = _timed_checked_call(judge, judge.worker, prep, clock.deadline, i, calls, nulls)
+        if problem:
+            return problem
         if i + 1 >= MIN_RUNS:
             s = calculate_stats([c.device_ns for c in calls])
             if (s.err / s.mean < 0.001 or s.mean * s.runs > max_time
@@ -1696,10 +1719,7 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
         times = benchmark_case(judge, case, clock, len(cases) - i, ranked)
         judge.release_memory()
         if times.skipped:
-            report.log(f"benchmark.{i}.status", "skip")
-            report.log(f"benchmark.{i}.message", _first_line(times.skipped))
-            report.record(spec=case.spec, status="skip", message=times.skipped)
-            report.say(f"{i:>2}  {case.spec:52s} SKIP\n      {times.skipped}")
+            report.skipped(f"benchmark.{i}", case, times.skipped, f"{i:>2}  {case.spec:52s} SKIP\n      {times.skipped}")
             notes.append(f"case {i} skipped: the score covers the other cases only")
             continue
         report.record(spec=case.spec, status="fail" if times.error else "pass", error=times.error, stats=times.stats,
@@ -1710,8 +1730,7 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
             report.log(f"benchmark.{i}.error", _first_line(times.error))
             report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {times.error.strip()}")
             failed.append(i)
-            for w in judge.workers:  # one may still be stuck in the failed call: fresh ones for the next case
-                w.stop()
+            judge.stop_workers()  # one may still be stuck in the failed call: fresh ones for the next case
             if ranked:  # as GPU MODE: a failed case ends a ranked run; benchmark mode goes on
                 return Outcome(False, [f"\nleaderboard: case {i} failed, so the run ends here: no score"])
             continue
@@ -1757,10 +1776,7 @@ def run_profiles(report: Report, judge: Judge, cases: list[TestCase], clock: "Ru
             table = judge.profile(prep, clock.deadline)
             del prep
         except CaseSkipped as e:
-            report.log(f"benchmark.{i}.status", "skip")
-            report.log(f"benchmark.{i}.message", _first_line(str(e)))
-            report.record(spec=case.spec, status="skip", message=str(e))
-            report.say(f"profile {i}: {case.spec}: SKIP\n{e}")
+            report.skipped(f"benchmark.{i}", case, str(e), f"profile {i}: {case.spec}: SKIP\n{e}")
             continue
         except CaseFailure as e:
             ok = False
@@ -1793,41 +1809,22 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
     """A against B on one input: ('', figures) or (why the case failed, {}). Both are checked, then
     timed in turn (A B, then B A, ...) on the same protocol, each against nulls that take as long as
     its calls; the ratio is the geometric mean of the per-pair ratios of their ranked times."""
-    deadline = clock.deadline
     sides = {"A": judge.worker, "B": judge.other}
     for w in (*sides.values(), judge.null):
         judge.ensure_started(w, clock.left())
-    prep = judge.prepare(judge.reference.generate_input(**case.args), form_too=True)
+    prep = _prepare_timed(judge, clock, case.args, form_too=True)
     for name, w in sides.items():
-        good, message = judge.call_once(prep, deadline, worker=w)
+        good, message = judge.call_once(prep, clock.deadline, worker=w)
         if not good:
             return f"{name}: {message}", {}
     calls = {name: [] for name in sides}
-    nulls = {}
-    for name, w in sides.items():
-        warm = [judge.timed(w, prep, deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
-        mimic = _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
-        nulls[name] = [judge.timed(judge.null, prep, deadline, mimic)[0] for _ in range(NULL_CALIBRATION)]
+    nulls = {name: _calibrate_nulls(judge, w, prep, clock.deadline) for name, w in sides.items()}
     wall_start, wall_limit = time.perf_counter_ns(), min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
     for i in range(BENCH_MAX_REPEATS):
         for name in (("A", "B") if i % 2 == 0 else ("B", "A")):
-            gc.disable()
-            try:
-                call, returned = judge.timed(sides[name], prep, deadline)
-            finally:
-                gc.enable()
-            good, message = judge.check(prep, returned)
-            if not good:
-                return f"{name}: timed call {i}: {message}", {}
-            if not math.isfinite(call.device_ns) or call.device_ns <= 0:
-                return f"{name}: timed call {i}: its process reported a time of {call.device_ns} ns", {}
-            calls[name].append(call)
-            kind = [c.device_ns for c in calls[name] if c.early == call.early]
-            if call.early and not any(n.early for n in nulls[name]):  # its first call released before it returned
-                nulls[name].extend(judge.timed(judge.null, prep, deadline, _median(kind), null_early=True)[0]
-                                   for _ in range(NULL_CALIBRATION))
-            if (i + 1) % NULL_EVERY == 0:
-                nulls[name].append(judge.timed(judge.null, prep, deadline, _median(kind), null_early=call.early)[0])
+            problem = _timed_checked_call(judge, sides[name], prep, clock.deadline, i, calls[name], nulls[name])
+            if problem:
+                return f"{name}: {problem}", {}
         if i + 1 >= MIN_RUNS:
             _, se = _log_ratio([c.device_ns for c in calls["A"]], [c.device_ns for c in calls["B"]])
             if se < 0.001 or time.perf_counter_ns() - wall_start > wall_limit:
@@ -1857,8 +1854,7 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
             judge.check_fits(case)
             error, fig = compare_case(judge, case, clock, share_s)
         except CaseSkipped as e:
-            report.record(spec=case.spec, status="skip", message=str(e))
-            report.say(f"{i:>2}  {case.spec:52s} SKIP\n      {e}")
+            report.skipped("", case, str(e), f"{i:>2}  {case.spec:52s} SKIP\n      {e}")
             skipped.append(i)
             continue
         except CaseFailure as e:
@@ -1867,8 +1863,7 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
         report.record(spec=case.spec, status="fail" if error else "pass", error=error, stats=fig)
         if error:
             failed.append(i)
-            for w in judge.workers:
-                w.stop()
+            judge.stop_workers()
             report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {error.strip()}")
             continue
         logs.append(fig["log_ratio"])
