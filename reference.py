@@ -123,14 +123,8 @@ def dequantize_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor
 
 
 def dequantize_cache(kv_data: dict, fmt: str) -> torch.Tensor:
-    """The cache in format `fmt` ("bf16", "fp8", "mxfp4") as fp32 (total_kv, 1, 576)."""
-    if fmt == "bf16":
-        return kv_data["bf16"].float()
-    if fmt == "fp8":
-        return dequantize_fp8(*kv_data["fp8"])
-    if fmt == "mxfp4":
-        return dequantize_mxfp4(*kv_data["mxfp4"])
-    raise ValueError(f"unknown KV format {fmt!r}; expected one of {FORMATS}")
+    """The cache in format `fmt` ("bf16", "fp8", "mxfp4") as fp32 (total_kv, 1, 576), whole."""
+    return cache_rows(kv_data, fmt)(slice(None)).unsqueeze(1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +165,8 @@ def exact_attention(q: torch.Tensor, kv, qo_indptr: torch.Tensor, kv_indptr: tor
 
 
 def cache_rows(kv_data: dict, fmt: str):
-    """The function exact_attention takes for the cache in format `fmt`: row indices -> fp32 (n, 576)."""
+    """The cache in format `fmt` as a function from row indices (a tensor, or a slice) to those rows in
+    fp32 (n, 576): what exact_attention takes, one group at a time, and dequantize_cache whole."""
     if fmt == "bf16":
         return lambda rows: kv_data["bf16"][rows, 0].float()
     if fmt == "fp8":
