@@ -415,6 +415,11 @@ def test_the_judges_files_cannot_be_rewritten(problem, one_case, tmp_path):
 # ---------------------------------------------------------------------------------------------
 # On a GPU: the hold, the device clock and the hostile GPU submissions
 # ---------------------------------------------------------------------------------------------
+# What each GPU hostile's call costs on the GPU at the least: async_attention's spin, or the side
+# stream's sleep.
+TRUE_WORK_NS = {"fakes_time_on_a_side_stream": 1.0e6}
+
+
 @pytest.mark.skipif(not CUDA, reason="needs a GPU")
 @pytest.mark.parametrize("submission", [
     "fakes_time_by_elapsed_time",
@@ -423,11 +428,18 @@ def test_the_judges_files_cannot_be_rewritten(problem, one_case, tmp_path):
     "fakes_time_on_a_side_stream",
     "turns_the_cuda_flag_off",
     "skips_the_hold",
+    "computes_before_the_release",
 ])
 @pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
-def test_gpu_time_faked_in_the_submissions_process_fails(problem, one_case, submission, mode):
+def test_gpu_time_faked_in_the_submissions_process_gains_nothing(problem, one_case, submission, mode):
+    """The case fails, or what is ranked is no less than the work's own GPU time (a call that waits on the
+    host long enough is timed on the judge's clock as it ran, and its report counts for nothing)."""
     code, out, err, log, _ = run_eval(problem, mode, submission=submission, extra=[one_case], popcorn=True)
-    assert code == 112 and log["benchmark.0.status"] == "fail", out + err
+    if code == 112:
+        assert log["benchmark.0.status"] == "fail", out + err
+    else:
+        assert code == 0, out + err
+        assert float(log["benchmark.0.mean"]) >= 0.85 * TRUE_WORK_NS.get(submission, 0.2e6), out + err
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU")
@@ -444,14 +456,14 @@ def test_an_asynchronous_submission_is_timed_on_the_device_clock(problem, one_ca
     code, out, err, log, _ = run_eval(problem, "leaderboard", submission="async_attention", extra=[one_case],
                                       popcorn=True)
     assert code == 0, out + err
-    assert int(log["benchmark.0.early"]) == 0 and "timed as they ran" not in out
+    assert int(log["benchmark.0.early"]) == 0 and "on the judge's clock as they ran" not in out
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU")
 def test_a_submission_that_synchronises_is_timed_as_it_runs(problem, one_case):
     code, out, err, log, _ = run_eval(problem, "benchmark", submission="honest_bf16", extra=[one_case], popcorn=True)
     assert code == 0, out + err  # the reference reads indptr on the host: it waits on the GPU inside the call
-    assert int(log["benchmark.0.early"]) == int(log["benchmark.0.runs"]) and "timed as they ran" in out
+    assert int(log["benchmark.0.early"]) == int(log["benchmark.0.runs"]) and "on the judge's clock as they ran" in out
 
 
 # ---------------------------------------------------------------------------------------------
