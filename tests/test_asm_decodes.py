@@ -9,11 +9,11 @@ $5 / $6 the bf16 scales of bytes 0,1 / 2,3; $0,$1 receive the low nibbles (even 
 0-3 times their scale, $2,$3 the high nibbles, exactly (round to nearest even where not exact)."""
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import problem_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -136,19 +136,13 @@ def run_ptx(asm: str, inputs: dict) -> dict:
 
 
 def _load(name, path, extra_path):
+    """The submission file at path, as module `name`, with its problem directory's modules importable."""
     pytest.importorskip("triton")
-    saved = {k: sys.modules.pop(k) for k in ("task", "reference") if k in sys.modules}
-    sys.path.insert(0, str(extra_path))
-    try:
+    with problem_modules(extra_path, names=()):
         spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
-    finally:
-        sys.path.remove(str(extra_path))
-        for k in ("task", "reference"):
-            sys.modules.pop(k, None)
-        sys.modules.update(saved)
 
 
 def _paged():

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # LeaderboardTask's fields, and the keys make_task_definition removes before building it.
 KERNELBOT_KEYS = {"files", "lang", "description", "config", "templates", "gpus", "libraries", "tests",
                   "benchmarks", "test_timeout", "benchmark_timeout", "ranked_timeout", "ranking_by", "seed",

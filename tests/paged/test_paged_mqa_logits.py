@@ -1,7 +1,6 @@
 """CPU tests of the paged MQA logits problem (problems/paged_mqa_logits): reference, layouts, check, routing,
 and the Triton kernel under TRITON_INTERPRET=1 (in a subprocess, since the variable must be set before
 Triton is imported)."""
-import importlib
 import json
 import re
 import os
@@ -13,26 +12,18 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import problem_modules
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROBLEM = ROOT / "problems" / "paged_mqa_logits"
 
 
 @pytest.fixture(scope="module")
 def mods():
-    """reference, task and submission of this problem, imported under their own names and then removed
-    from sys.modules so that other tests' `import reference` still get the root problem's."""
-    saved = {k: sys.modules.pop(k) for k in ("reference", "task", "submission") if k in sys.modules}
-    sys.path.insert(0, str(PROBLEM))
-    try:
-        ref = importlib.import_module("reference")
-        sub = importlib.import_module("submission")
+    """reference and submission of this problem, imported under their own names (conftest's
+    problem_modules) for this module's tests."""
+    with problem_modules(PROBLEM) as (ref, sub):
         yield ref, sub
-    finally:
-        sys.path.remove(str(PROBLEM))
-        for k in ("reference", "task", "submission"):
-            sys.modules.pop(k, None)
-        sys.modules.update(saved)
 
 
 def naive_logits(data, fmt, ref):

@@ -3,7 +3,6 @@ Triton kernels under the interpreter (TRITON_INTERPRET=1, run in a subprocess be
 variable must be set before triton is imported) on small ragged shapes against an
 independent fp32 reference."""
 import json
-import math
 import os
 import subprocess
 import sys
@@ -13,8 +12,7 @@ import types
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import reference  # noqa: E402
 import submission as S  # noqa: E402

@@ -16,8 +16,8 @@ import torch
 
 import eval as harness
 
-ROOT = Path(__file__).resolve().parents[1]
-SUBMISSIONS = Path(__file__).resolve().parent / "submissions"
+ROOT = Path(__file__).resolve().parents[2]
+SUBMISSIONS = Path(__file__).resolve().parents[1] / "submissions"
 CUDA = torch.cuda.is_available()
 SMALL_CASES = [
     '{"batchsize": 2, "qseqlen": 1, "kvseqlen": 65, "seed": 11}',
