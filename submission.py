@@ -5,17 +5,20 @@
 custom_kernel(data) computes, for every query row of sequence b,
 softmax(q . K^T * sm_scale) . V over that sequence's cache rows, with K = all 576
 dims and V = the first 512 dims. The checker accepts exact attention over any of
-the three caches it hands us, so the fast path reads the smallest one that the
-plan names (MXFP4: 306 bytes/token) and dequantizes it in registers.
+the three caches it hands us, so the fast path reads the one its plan names and
+dequantizes it in registers: fp8 (576 bytes a token) on every benchmark shape; the MXFP4
+path (306 bytes) runs but is slower on Hopper (docs/mla_notes.md says why).
 
 Layout of this file (one place per concern):
-  * PLANS / plan_for()      - routing: fixed plan table + rule for unplanned shapes
-  * _fast_path_problem()    - every reason to fall back to the reference
+  * Plan, PLANS, plan_for() - routing: a typed plan per shape, from the table or the rule
   * Triton kernels          - _mla_split_kernel (attention over one KV split),
                               _mla_combine_kernel (exact log-sum-exp merge of splits)
-  * Gluon kernel            - _mla_fp8_wgmma_kernel (all but the smallest shapes: fp8 cache, both
+  * Gluon kernel            - _mla_fp8_wgmma_kernel (every benchmark shape: fp8 cache, both
                               products on wgmma, V fed from registers; merges its own splits)
-  * _launch()               - the short host path (descriptors, grid, launches)
+  * host path               - _fast_path_problem() (every reason to fall back to the reference),
+                              _launch() (Triton's launch path), _Route (direct launches of a
+                              signature), custom_kernel() / _first_call() (dispatch)
+  * for tools               - compiled_kernels(), route_count(), clear_routes()
 
 Assumptions not checked (checking would need a device sync on every call): qo_indptr is
 b * q_seq_len, as the problem defines it (one program per query row: sequence = row //
@@ -23,6 +26,7 @@ q_seq_len), and kv_indptr is non-decreasing within the cache's rows.
 """
 import logging
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -56,6 +60,11 @@ log = logging.getLogger("mla_submission")
 NUM_HEADS, QK_DIM, V_DIM, ROPE_DIM = 16, 576, 512, 64
 MXFP4_ROW_BYTES, MXFP4_SCALES = QK_DIM // 2, QK_DIM // 32  # 288 packed bytes, 18 E8M0 scales
 
+# The combine kernel: up to this many (padded) splits it loops over them; above, a program loads
+# this many partial-output values (64 per thread).
+COMBINE_LOOP_SPLITS = tl.constexpr(8)
+COMBINE_ELEMENTS = 8192
+
 # Under TRITON_INTERPRET=1 (the CPU tests) inline PTX cannot run: plain Triton ops instead.
 _INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"))
 
@@ -65,26 +74,38 @@ FMT_IDS = {"mxfp4": FMT_MXFP4, "fp8": FMT_FP8, "bf16": FMT_BF16}
 FMT_BYTES_PER_TOKEN = {"mxfp4": MXFP4_ROW_BYTES + MXFP4_SCALES, "fp8": QK_DIM, "bf16": 2 * QK_DIM}
 
 # ----------------------------------------------------------------------------------------
-# Routing. Plan = (fmt, block_n, num_splits, num_warps, num_stages, kernel).
-# PLANS is produced offline by tools/tune_mla.py on an H200 (see docs/mla_notes.md) and
-# keyed by (batch_size, kv_seq_len, q_seq_len). Nothing is timed at run time.
-# kernel: KERNEL_HMMA / KERNEL_WGMMA are _mla_split_kernel's two orientations (its TRANS);
-# KERNEL_GLUON is _mla_fp8_wgmma_kernel (fp8 cache, block_n 64, 4 warps, 2 stages).
+# Routing: a Plan per shape, from the table PLANS (produced offline by tools/tune_mla.py on an
+# H200, keyed by (batch_size, kv_seq_len, q_seq_len); nothing is timed at run time) or, for a
+# shape not in it, from the rule in plan_for.
 # ----------------------------------------------------------------------------------------
+# The kernels a plan can name: _mla_split_kernel with its dots oriented for mma.sync (HMMA: M = the
+# 16 heads) or for wgmma (M = cache rows, the TRANS constexpr), or the Gluon kernel
+# _mla_fp8_wgmma_kernel (fp8 cache only, with the tile, warps and stages its layouts are written for).
 KERNEL_HMMA, KERNEL_WGMMA, KERNEL_GLUON = 0, 1, 2
+GLUON_BN, GLUON_WARPS, GLUON_STAGES = 64, 4, 2
+
+
+class Plan(NamedTuple):
+    fmt: str      # the cache it reads: "mxfp4", "fp8" or "bf16"
+    block_n: int  # cache rows per tile
+    splits: int   # programs per query row, each over a contiguous part of the sequence's rows
+    warps: int
+    stages: int   # depth of the cache-load pipeline
+    kernel: int   # KERNEL_HMMA, KERNEL_WGMMA or KERNEL_GLUON
+
 
 # Written by `python tools/tune_mla.py` on an H200 (last: --around-plans; timings in docs/mla_notes.md).
 # The Gluon kernel's split counts were re-checked once it merged its own splits, and it took 4 x 1024 too.
 PLANS = {
-    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, kernel),  # ms
-    (4, 1024, 1): ('fp8', 64, 16, 4, 2, 2),  # 0.0110 (GPU time)
-    (4, 8192, 1): ('fp8', 64, 33, 4, 2, 2),  # 0.0268
-    (32, 1024, 1): ('fp8', 64, 4, 4, 2, 2),  # 0.0245
-    (32, 8192, 1): ('fp8', 64, 8, 4, 2, 2),  # 0.0667
-    (64, 1024, 1): ('fp8', 64, 2, 4, 2, 2),  # 0.0319
-    (64, 8192, 1): ('fp8', 64, 4, 4, 2, 2),  # 0.1035
-    (256, 1024, 1): ('fp8', 64, 1, 4, 2, 2),  # 0.0588
-    (256, 8192, 1): ('fp8', 64, 1, 4, 2, 2),  # 0.3148
+    # (batch, kv_seq_len, q_seq_len): Plan(fmt, block_n, splits, warps, stages, kernel)
+    (4, 1024, 1): Plan('fp8', 64, 16, 4, 2, KERNEL_GLUON),
+    (4, 8192, 1): Plan('fp8', 64, 33, 4, 2, KERNEL_GLUON),
+    (32, 1024, 1): Plan('fp8', 64, 4, 4, 2, KERNEL_GLUON),
+    (32, 8192, 1): Plan('fp8', 64, 8, 4, 2, KERNEL_GLUON),
+    (64, 1024, 1): Plan('fp8', 64, 2, 4, 2, KERNEL_GLUON),
+    (64, 8192, 1): Plan('fp8', 64, 4, 4, 2, KERNEL_GLUON),
+    (256, 1024, 1): Plan('fp8', 64, 1, 4, 2, KERNEL_GLUON),
+    (256, 8192, 1): Plan('fp8', 64, 1, 4, 2, KERNEL_GLUON),
 }
 
 NUM_SMS = 132               # H200; the rule below only needs a rough count
@@ -99,8 +120,8 @@ GLUON_TWO_PER_SM_ROWS = 1024  # the Gluon kernel runs two programs per SM where 
 # this many rows; on shorter splits a program's fixed cost (~13 us) outweighs the second one: one per SM.
 # Its splits may be one tile (GLUON_BN rows) short: it merges them itself, without a second kernel.
 # (fmt, block_n, warps, stages, kernel) the rule uses: the tuned table's winners.
-RULE_KERNEL = {"gluon": ("fp8", 64, 4, 2, KERNEL_GLUON), "bf16": ("bf16", 64, 4, 3, KERNEL_HMMA),
-               "fp8": ("fp8", 128, 8, 3, KERNEL_HMMA)}
+RULE_KERNEL = {"gluon": ("fp8", GLUON_BN, GLUON_WARPS, GLUON_STAGES, KERNEL_GLUON),
+               "bf16": ("bf16", 64, 4, 3, KERNEL_HMMA), "fp8": ("fp8", 128, 8, 3, KERNEL_HMMA)}
 
 
 _gluon_off = []  # set when the Gluon kernel failed to build or launch here: Triton plans from then on
@@ -110,7 +131,7 @@ def _gluon_usable() -> bool:
     return gluon is not None and not _gluon_off
 
 
-def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
+def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int) -> Plan:
     """Plan from the table (unless it names the Gluon kernel and Gluon is missing or failed), else
     from the rule: from GLUON_MIN_TOKENS rows on, the Gluon fp8 kernel with two programs per SM, or
     one where two would make splits shorter than GLUON_TWO_PER_SM_ROWS (it runs at most two per SM,
@@ -119,7 +140,7 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
     shorter than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
     plan = PLANS.get((batch_size, kv_seq_len, q_seq_len))
     if plan is not None and (plan[5] != KERNEL_GLUON or _gluon_usable()):
-        return plan
+        return Plan(*plan)  # (a table edited by hand may hold plain tuples)
     programs = max(1, batch_size * q_seq_len)
     cap = max(1, kv_seq_len // MIN_TOKENS_PER_SPLIT)
     rows = batch_size * kv_seq_len
@@ -134,7 +155,7 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int):
         want = triton.cdiv(2 * NUM_SMS, programs)
     splits = max(1, min(want, cap, MAX_SPLITS))
     fmt, block_n, warps, stages, kernel = RULE_KERNEL[kind]
-    return (fmt, block_n, splits, warps, stages, kernel)
+    return Plan(fmt, block_n, splits, warps, stages, kernel)
 
 
 # ----------------------------------------------------------------------------------------
@@ -162,7 +183,7 @@ def _group_cols(base: tl.constexpr, half: tl.constexpr, W: tl.constexpr, FMT: tl
 # word: placing sign/exponent/mantissa at bf16 bits 15 / 8-7 / 6 gives exactly value * 2^-126
 # (E=0 lands on a bf16 subnormal); two exact multiplies by 2^126 and the block scale finish.
 # The same text as the paged kit's _FP4_ASM; tests/test_asm_decodes.py runs both in a PTX emulator.
-_MX_ASM = tl.constexpr("""
+_E2M1_ASM = tl.constexpr("""
 {
 .reg .b32 a, t, u, k;
 mov.b32 k, 0x7E807E80;
@@ -187,7 +208,7 @@ def _mx_decode(pk, s, DOT: tl.constexpr):
     values, elementwise. DOT=bf16 uses the PTX above; other dtypes (the CPU interpreter's
     fp16) use plain Triton ops: E2M1 -> e4m3 bits is exact and equals value * 2^-6."""
     if DOT == tl.bfloat16:  # impure on purpose: see _FP8_ASM
-        return tl.inline_asm_elementwise(_MX_ASM, "=r,=r,=r,=r,r,r,r", [pk, s],
+        return tl.inline_asm_elementwise(_E2M1_ASM, "=r,=r,=r,=r,r,r,r", [pk, s],
                                          dtype=(tl.bfloat16, tl.bfloat16), is_pure=False, pack=4)
     else:
         lo = pk & 15
@@ -555,7 +576,6 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
 # programs wait for each other (a cooperative launch keeps them resident), then each merges a slice.
 # The output and partials are stored through a layout change to 16-byte vectors (_o_by_head).
 # ----------------------------------------------------------------------------------------
-GLUON_BN, GLUON_WARPS, GLUON_STAGES = 64, 4, 2  # the layouts below are written for these
 NOPE_TILES = 8  # the 512 nope (= V) columns as 64-column tiles
 
 
@@ -894,9 +914,9 @@ if gluon is not None:
 
 
 # ----------------------------------------------------------------------------------------
-# Host path. The benchmark's L2 flush hides only ~35 us of host time, and Triton's own launch
-# path (argument binding, a Python walk over the arguments to encode tensor descriptors, a
-# driver call per pointer) costs more than that per launch on the H200 test VM. So:
+# Host path. Triton's own launch path (argument binding, a Python walk over the arguments to
+# encode tensor descriptors, a driver call per pointer) costs tens of microseconds of host time
+# per launch; the judge ranks device time, but shows host time (host/call). So:
 #   * the first call of an input signature validates the input (_fast_path_problem), picks
 #     the plan, launches through Triton's JIT (which compiles) and caches a _Route;
 #   * later calls with that signature run the route: two C-launcher calls with arguments
@@ -907,12 +927,21 @@ if gluon is not None:
 # ----------------------------------------------------------------------------------------
 _logged_reasons = set()
 _capability = {}
-# input signature -> _Route; False: validated, use Triton's launch path; a str: why the
-# reference runs instead (the plan's kernels failed to launch, e.g. out of shared memory)
+# input signature -> what its later calls run: a _Route (direct launches), a _TritonLaunch (Triton's
+# own launch path: no direct route could be built or checked), or a _Fallback (the reference: the
+# plan's kernels cannot launch here, e.g. out of shared memory).
 _routes = {}
 _scratch = {}  # (total_q, splits, device, stream) -> (partial O, partial lse, counters); never keyed by data
 _sm_count = {}  # device -> SMs
 _compiled = {}  # (kernel, constexprs, warps, stages, device) -> CompiledKernel: code, for tools
+
+
+class _TritonLaunch(NamedTuple):
+    plan: Plan
+
+
+class _Fallback(NamedTuple):
+    reason: str
 
 
 def _fall_back(data: input_t, reason: str) -> output_t:
@@ -999,10 +1028,9 @@ def _dot_dtype(fmt):
 def _fit_to_device(plan, total_q, dev):
     """The plan with at most as many Gluon programs as the device holds at once when they split a row
     (their in-kernel merge waits for each other): fewer splits on a GPU with fewer SMs than the H200."""
-    splits = plan[2]
-    if plan[5] == KERNEL_GLUON and splits > 1 and total_q * splits > _resident_programs(dev):
-        splits = max(1, _resident_programs(dev) // total_q)
-        return plan[:2] + (splits,) + plan[3:]
+    plan = Plan(*plan)
+    if plan.kernel == KERNEL_GLUON and plan.splits > 1 and total_q * plan.splits > _resident_programs(dev):
+        return plan._replace(splits=max(1, _resident_programs(dev) // total_q))
     return plan
 
 
@@ -1031,8 +1059,6 @@ def _scratch_for(total_q, splits, dev, stream):
 
 
 LOG2E = 1.4426950408889634  # the kernel's softmax runs in the log2 domain
-COMBINE_LOOP_SPLITS = tl.constexpr(8)  # up to this many (padded) splits the combine loops over them
-COMBINE_ELEMENTS = 8192      # above: partial-output values one combine program loads (64 per thread)
 
 
 def _qk_scale(config):
@@ -1045,7 +1071,8 @@ def _split_constexprs(plan, dot):
     fmt, block_n, splits, warps, stages, kernel = plan
     if kernel == KERNEL_GLUON:
         return dict(BN=block_n, SPLIT=splits > 1, STAGES=stages, **_gluon_combine_constexprs(splits))
-    return dict(FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=kernel, DOT=dot)
+    return dict(FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=int(kernel == KERNEL_WGMMA),
+                DOT=dot)
 
 
 def _gluon_combine_constexprs(splits):
@@ -1067,7 +1094,8 @@ def _combine_constexprs(splits):
 
 def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
     """Runs the kernels through Triton's JIT (compiling on first use): -> (out, split kernel,
-    combine kernel or None) as CompiledKernels. No syncs; no allocation besides the output.
+    combine kernel or None, the plan as run: fitted to the device) with the kernels as CompiledKernels.
+    No syncs; no allocation besides the output.
     dot_dtype: by format on the GPU (_dot_dtype); the CPU tests pass tl.float16 because the
     Triton interpreter's bf16 dots are wrong (the MXFP4 decode then uses plain Triton ops)."""
     total_q = q.shape[0]
@@ -1110,7 +1138,7 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
         combine_ck = _mla_combine_kernel[(total_q, V_DIM // combine_consts["BD"], 1)](
             part_o, part_lse, out, splits, **combine_consts, num_warps=4, num_stages=3)
         _compiled[("_mla_combine_kernel", tuple(combine_consts.items()), 4, 3, dev)] = combine_ck
-    return out, split_ck, combine_ck
+    return out, split_ck, combine_ck, plan
 
 
 def _launch(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
@@ -1118,12 +1146,13 @@ def _launch(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
     return _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype)[0]
 
 
+# --- shared block: direct launch (the same text in both submissions: tests/test_shared_blocks.py) ---
 class _DirectLaunch:
     """A CompiledKernel launched through Triton's C launcher (the module its Python launcher
     wraps) with arguments the caller expands: tensor descriptors as (CUtensorMap, shape...,
     strides...) and pointers as ints, which skips the per-pointer driver check (the route's
     signature already pins device, dtype and alignment). Built from Triton 3.x internals;
-    _Route verifies the result bitwise against Triton's own launch before it is used."""
+    _make_route checks it bitwise against Triton's own launch before it is used."""
 
     def __init__(self, ck):
         from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
@@ -1137,7 +1166,7 @@ class _DirectLaunch:
             launch = dict(zip(launch.__code__.co_freevars, closure))["launcher"].cell_contents
         self.launch = launch
         # The C launcher's fixed head: function, cooperative, pdl, global/profile scratch,
-        # kernel metadata, launch metadata, enter/exit hooks (custom_kernel checks for hooks).
+        # kernel metadata, launch metadata, enter/exit hooks (custom_kernel checks that none is set).
         self.head = (ck.function, bool(runner.launch_cooperative_grid), bool(runner.launch_pdl),
                      None, None, ck.packed_metadata, None, None, None)
         self.tma = []  # per descriptor argument: fill_tma_descriptor's leading parameters
@@ -1146,6 +1175,7 @@ class _DirectLaunch:
                 raise RuntimeError("fp4-padded descriptors are not handled")
             self.tma.append((m["swizzle"], m["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[m["elem_type"]],
                              m["block_size"]))
+# --- end of shared block: direct launch ---
 
 
 def _allocate_output_ahead(config, fmt) -> bool:
@@ -1154,6 +1184,7 @@ def _allocate_output_ahead(config, fmt) -> bool:
     return config["batch_size"] * config["kv_seq_len"] * FMT_BYTES_PER_TOKEN[fmt] >= 8 << 20
 
 
+# --- shared block: outputs ahead (the same text in both submissions: tests/test_shared_blocks.py) ---
 class _OutputsAhead:
     """Allocates each call's output during the call before, right after that call's launches: the
     caching allocator's host time (4-7 us on the H200 VMs) then overlaps running kernels instead of
@@ -1176,6 +1207,7 @@ class _OutputsAhead:
         if len(self.spare) >= 4:
             self.spare.clear()
         self.spare[stream] = like.new_empty(self.shape)
+# --- end of shared block: outputs ahead ---
 
 
 class _Route:
@@ -1183,7 +1215,7 @@ class _Route:
     parameters, grids and split scratch, all fixed by the signature."""
 
     def __init__(self, q, kv_data, config, plan, split_ck, combine_ck):
-        fmt, block_n, splits, warps, stages, kernel = plan
+        fmt, block_n, splits, warps, stages, kernel = self.plan = plan
         base, _ = _cache_and_scales(kv_data, fmt)
         self.fmt, self.splits, self.gluon = fmt, splits, kernel == KERNEL_GLUON
         self.total_q = q.shape[0]
@@ -1251,6 +1283,7 @@ class _Route:
         return out
 
 
+# --- shared block: launch hooks (the same text in both submissions: tests/test_shared_blocks.py) ---
 def _launch_hooked():
     """A profiler's launch hook is set (or this Triton has no knobs): use Triton's launch path,
     which calls the hooks; direct launches would skip them. Triton 3.6's hooks are HookChains
@@ -1259,6 +1292,7 @@ def _launch_hooked():
         return True
     enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     return bool(getattr(enter, "calls", enter)) or bool(getattr(exit_, "calls", exit_))
+# --- end of shared block: launch hooks ---
 
 
 def _signature(q, kv_data, kv_indptr, config, fmt):
@@ -1282,9 +1316,9 @@ def _signature(q, kv_data, kv_indptr, config, fmt):
 def _make_route(q, kv_data, kv_indptr, config, plan):
     """(route or False, this call's output): launch through Triton's JIT, then build the route
     and check that it reproduces that output bit for bit (one sync, once per signature)."""
-    out, split_ck, combine_ck = _launch_jit(q, kv_data, kv_indptr, config, plan)
+    out, split_ck, combine_ck, plan = _launch_jit(q, kv_data, kv_indptr, config, plan)
     try:
-        route = _Route(q, kv_data, config, _fit_to_device(plan, q.shape[0], q.device), split_ck, combine_ck)
+        route = _Route(q, kv_data, config, plan, split_ck, combine_ck)
         if not torch.equal(route(q, kv_data, kv_indptr), out):
             raise RuntimeError("its output differs from Triton's launch")
     except Exception as exc:  # Triton's internals moved: Triton's own launch path from now on
@@ -1296,35 +1330,76 @@ def _make_route(q, kv_data, kv_indptr, config, plan):
     return route, out
 
 
-def custom_kernel(data: input_t) -> output_t:
+def _plan_and_key(data: input_t):
+    """(plan, input signature) of a call; (None, None) if the input is not of the expected types (the
+    first call's checks then say what is wrong)."""
     q, kv_data, qo_indptr, kv_indptr, config = data
     try:
         plan = plan_for(config["batch_size"], config["kv_seq_len"], config["q_seq_len"])
-        key = _signature(q, kv_data, kv_indptr, config, plan[0])
-        route = _routes.get(key)
-    except Exception:  # not the expected input types: the checks below say what is wrong
-        key = route = None
-    if isinstance(route, _Route) and not _launch_hooked():
-        return route(q, kv_data, kv_indptr)
-    if isinstance(route, str):  # this signature's plan cannot launch here
-        return _fall_back(data, route)
-    if route is None:
-        plan = plan_for(config.get("batch_size", 0), config.get("kv_seq_len", 0),
-                        config.get("q_seq_len", 0))
-        reason = _fast_path_problem(q, kv_data, qo_indptr, kv_indptr, config, plan[0])
+        return plan, _signature(q, kv_data, kv_indptr, config, plan.fmt)
+    except Exception:
+        return None, None
+
+
+def custom_kernel(data: input_t) -> output_t:
+    q, kv_data, qo_indptr, kv_indptr, config = data
+    plan, key = _plan_and_key(data)
+    route = _routes.get(key) if key is not None else None
+    if isinstance(route, _Route):
+        if not _launch_hooked():
+            return route(q, kv_data, kv_indptr)
+        return _launch(q, kv_data, kv_indptr, config, route.plan)  # a profiler's hooks: Triton's path calls them
+    if isinstance(route, _TritonLaunch):
+        return _launch(q, kv_data, kv_indptr, config, route.plan)
+    if isinstance(route, _Fallback):
+        return _fall_back(data, route.reason)
+    return _first_call(data, plan, key)
+
+
+def _first_call(data: input_t, plan, key) -> output_t:
+    """The first call of a signature (every call while a profiler's hooks are set, and every call whose
+    input is not of the expected types): check the input, launch through Triton's JIT (compiling), and
+    record what the signature's later calls run. The Gluon kernel is experimental (its API moves between
+    Triton versions): if it fails to build or launch, it is off for good, the call is planned again on
+    the Triton kernels, and so is every later one."""
+    q, kv_data, qo_indptr, kv_indptr, config = data
+    while True:
+        if plan is None:
+            plan = plan_for(config.get("batch_size", 0), config.get("kv_seq_len", 0), config.get("q_seq_len", 0))
+        reason = _fast_path_problem(q, kv_data, qo_indptr, kv_indptr, config, plan.fmt)
         if reason is not None:
             return _fall_back(data, reason)
-    try:
-        if route is None and key is not None and not _launch_hooked():
-            _routes[key], out = _make_route(q, kv_data, kv_indptr, config, plan)
+        try:
+            if key is None or _launch_hooked():
+                return _launch(q, kv_data, kv_indptr, config, plan)
+            route, out = _make_route(q, kv_data, kv_indptr, config, plan)
+            _routes[key] = route or _TritonLaunch(plan)
             return out
-        return _launch(q, kv_data, kv_indptr, config, plan)  # validated: hook set, or no route
-    except Exception as exc:  # the plan's kernels cannot run here (e.g. out of shared memory)
-        reason = f"plan {plan} failed to launch ({type(exc).__name__}: {str(exc)[:200]})"
-        if plan[5] == KERNEL_GLUON:  # an experimental API that moves between Triton versions:
-            _gluon_off.append(reason)  # re-plan every shape on the Triton kernels instead
+        except Exception as exc:  # the plan's kernels cannot run here (e.g. out of shared memory)
+            reason = f"plan {tuple(plan)} failed to launch ({type(exc).__name__}: {str(exc)[:200]})"
+            if plan.kernel != KERNEL_GLUON or _gluon_off:
+                if key is not None:
+                    _routes[key] = _Fallback(reason)
+                return _fall_back(data, reason)
+            _gluon_off.append(reason)
             log.warning("MLA %s; the Gluon kernel is off, Triton plans from now on", reason)
-            return custom_kernel(data)
-        if key is not None:
-            _routes[key] = reason
-        return _fall_back(data, reason)
+            plan, key = _plan_and_key(data)
+
+
+# ----------------------------------------------------------------------------------------
+# For tools (benchmarks, SASS dumps): read-only views of the host path's state, and a reset.
+# ----------------------------------------------------------------------------------------
+def compiled_kernels() -> dict:
+    """Every kernel compiled so far, the latest launched last: {key: Triton's CompiledKernel} (its .asm
+    holds PTX and SASS); the key names the kernel, its compile-time constants and launch options."""
+    return dict(_compiled)
+
+
+def route_count() -> int:
+    """How many input signatures have a cached route (or a recorded reason to fall back)."""
+    return len(_routes)
+
+
+def clear_routes() -> None:
+    """Forget every route: the next call of each signature routes, compiles and checks again."""
+    _routes.clear()

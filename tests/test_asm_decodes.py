@@ -154,7 +154,7 @@ def _asms():
     paged = _load("paged_submission_asm", ROOT / "problems/paged_mqa_logits/submission.py",
                   ROOT / "problems/paged_mqa_logits")
     mla = _load("mla_submission_asm", ROOT / "submission.py", ROOT)
-    return {"paged _FP4_ASM": paged._FP4_ASM.value, "mla _MX_ASM": mla._MX_ASM.value}
+    return {"paged _E2M1_ASM": paged._E2M1_ASM.value, "mla _E2M1_ASM": mla._E2M1_ASM.value}
 
 
 @pytest.mark.parametrize("e", [0, 1, 60, 126, 127, 128, 129, 200, 253, 254])
@@ -180,7 +180,7 @@ def test_e2m1_decodes_are_exact(e):
 
 def test_emulator_sees_a_wrong_mask():
     """The test above can fail: one wrong mask in the decode is caught."""
-    asm = _asms()["paged _FP4_ASM"].replace("0x01C001C0", "0x01C000C0", 1)
+    asm = _asms()["paged _E2M1_ASM"].replace("0x01C001C0", "0x01C000C0", 1)
     s = _bf16_bits(1.0) * 0x10001
     out = run_ptx(asm, {"$4": 0x07070707, "$5": s, "$6": s})
     assert out["$0"] != _bf16_bits(6.0) * 0x10001

@@ -94,10 +94,10 @@ def rel_err(data, out, fmt):
 
 def sass_counts(dump_path=None):
     """{kernel + constexprs + launch options: counts} for every kernel the submission compiled
-    (submission._compiled); the SASS itself is appended to dump_path."""
+    (submission.compiled_kernels()); the SASS itself is appended to dump_path."""
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     rows = {}
-    for (fname, consts, warps, stages, _dev), k in S._compiled.items():
+    for (fname, consts, warps, stages, _dev), k in S.compiled_kernels().items():
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(k.asm["cubin"])
             f.flush()

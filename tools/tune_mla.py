@@ -108,9 +108,9 @@ def main():
         del data
     with open(args.log, "w") as f:
         f.write("\n".join(log) + "\n")
-    table = ["PLANS = {",
-             "    # (batch, kv_seq_len, q_seq_len): (fmt, block_n, splits, warps, stages, kernel),  # ms"]
-    table += [f"    {key}: {plan},  # {ms:.4f}" for key, (ms, plan) in best.items()]
+    kernel_names = {S.KERNEL_HMMA: "KERNEL_HMMA", S.KERNEL_WGMMA: "KERNEL_WGMMA", S.KERNEL_GLUON: "KERNEL_GLUON"}
+    table = ["PLANS = {", "    # (batch, kv_seq_len, q_seq_len): Plan(fmt, block_n, splits, warps, stages, kernel)"]
+    table += [f"    {key}: Plan({', '.join(map(repr, plan[:5]))}, {kernel_names[plan[5]]})," for key, (ms, plan) in best.items()]
     table.append("}")
     print("\n" + "\n".join(table))
     if args.write:

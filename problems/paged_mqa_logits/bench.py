@@ -144,7 +144,7 @@ def main():
     # ---- correctness of the full path (first call: route + JIT; second: launch cache) on the tests
     for s in ([] if args.skip_tests else spec["tests"]):
         data = R.generate_input(**s)
-        ok, reason = S.route(data)
+        ok, reason = S.can_route(data)
         res = []
         for _ in range(2):
             out = S.custom_kernel(data)
@@ -154,7 +154,7 @@ def main():
                            ("fp4", 2, 2, 4, 0, 0, 0, 0), ("fp4w", 4, 3, 4, 0, 1, 1, 0)]]
         print(f"test {s}: route={reason} first={res[0][0]} cached={res[1][0]} other plans={other} "
               f"{res[1][1][:100]}", flush=True)
-    print(f"launch cache: {len(S._FAST)} entries, off={S._FAST_OFF}", flush=True)
+    print(f"launch cache: {S.route_count()} entries", flush=True)
     # the fp4w kernel's exact fallback (a row's scales spanning > 15 binades), on the GPU
     for s in ([] if args.skip_tests else spec["tests"]):
         res = []
@@ -214,7 +214,7 @@ def main():
         worst_err = max(v[2] for v in timed.values())
         for ci, best in enumerate(candidates):
             S.PLANS[key] = best
-            S._FAST.clear()
+            S.clear_routes()
             out = S.custom_kernel(data)  # compiles / caches the entry
             out = S.custom_kernel(data)  # through the launch cache
             good, msg = R.compare(data, out, S.PAIR[best[0]])[:2]
@@ -226,10 +226,10 @@ def main():
             if (s["next_n"], best) not in sass_done:
                 sass_done.add((s["next_n"], best))
                 S.launch(data, best)
-                print(f"  sass next_n={s['next_n']} plan={best}: {sass_report(S.LAST_COMPILED[0])}", flush=True)
+                print(f"  sass next_n={s['next_n']} plan={best}: {sass_report(list(S.compiled_kernels().values())[-1])}", flush=True)
             print(f"  plan {best}: gpu {t_gpu:.1f} us ({nbytes / t_gpu / 1e3:.0f} GB/s), eval-style mean {t_eval:.1f} "
                   f"median {t_eval_med:.1f} us, host {t_host:.1f} us (JIT path {t_host_jit:.1f}); check={good} "
-                  f"{msg[:90]}; max err/tol over plans {worst_err:.3g}; cache off={S._FAST_OFF}  "
+                  f"{msg[:90]}; max err/tol over plans {worst_err:.3g}  "
                   f"[{time.time() - t_start:.0f}s]", flush=True)
             if ci == 0:
                 results.append((s, best, t_gpu, t_eval, t_eval_med, t_host, t_host_jit, nbytes, good, worst_err))

@@ -27,17 +27,18 @@ whole (rows, max_model_len) output is written exactly once, by this one kernel.
 
 Per-shape plans (PLANS) pick the format, chunk, pipeline depth and which loads use TMA.
 
-Host path: the first call of an input signature routes, compiles through Triton's JIT and caches an
-_Entry; later calls launch the compiled kernel through Triton's C launcher with pre-expanded arguments
-(_DirectLaunch), since host time the benchmark's L2 flush does not hide is counted.
+Host path: the first call of an input signature routes, compiles through Triton's JIT and caches a
+_Route; later calls launch the compiled kernel through Triton's C launcher with pre-expanded arguments
+(_DirectLaunch), so that a call's host time stays a few microseconds (the judge shows it as host/call).
 
 Falls back to the reference (one log line with the reason) without CUDA, off sm_90, when Triton
 lacks tensor descriptors, or when the input breaks a layout assumption.
 Assumptions not checked (checking needs a device sync): 0 <= context_lens <= max_model_len and
 block_tables entries of pages in use are valid block ids.
 """
+import logging
 import os
-import sys
+from typing import NamedTuple
 
 import torch
 
@@ -72,24 +73,34 @@ PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4"}  # the input pair a plan form
 # The cache seen as 2-D rows of ROW_BYTES: a block is CACHE_ROWS_PER_BLOCK rows (keys, then scales).
 ROW_BYTES = {f: {"fp8": D, "fp4": D // 2}[pair] for f, pair in PAIR.items()}  # 128 / 64
 CACHE_ROWS_PER_BLOCK = {f: BLOCK * (rb + 4) // rb for f, rb in ROW_BYTES.items()}  # 66 / 68
-_LOGGED = set()
-LAST_COMPILED = [None]  # the CompiledKernel of the latest launch (bench reads its SASS)
+log = logging.getLogger("paged_submission")
+_logged_reasons = set()
+_compiled = {}  # (kernel, plan, device) -> CompiledKernel, the latest launch last: code, for tools
 
-# Per-shape plans, keyed by (batch, next_n, max_model_len): (format, chunk pages per program,
-# pipeline stages, warps, bt_vector, scale_tma, kv_tma, q_tma). bt_vector: the chunk's block-table
-# entries loaded once as a vector (a scalar load per page stalls the pipeliner); *_tma: TMA for the
-# scales / keys / q (else plain loads; the fp4 kernel loads q and scales plainly). Host time matters
-# as much as GPU time at these sizes (the benchmark's L2 flush hides only ~35 us of it), and each
+
+class Plan(NamedTuple):
+    fmt: str        # the input pair it reads: "fp8", "fp4" (the Triton kernel) or "fp4w" (the Gluon kernel)
+    chunk: int      # cache pages (blocks of 64 tokens) per program
+    stages: int     # depth of the page pipeline
+    warps: int
+    bt_vector: int  # 1: the chunk's block-table entries loaded once as a vector (a scalar load per
+    #                 page stalls the pipeliner)
+    scale_tma: int  # 1: TMA for the key scales / the keys / q, else plain loads (the fp4 kernel loads
+    kv_tma: int     #    q and the scales plainly)
+    q_tma: int
+
+
+# Per-shape plans, keyed by (batch, next_n, max_model_len), from a sweep on an H200 (bench.py). Each
 # host tensor descriptor costs an encode for each new input (memoized by address), so the plans keep
-# one (the keys'). From a sweep on an H200 (bench.py).
+# one (the keys').
 PLANS = {
-    (256, 1, 1344): ("fp8", 8, 3, 4, 1, 0, 1, 0),
-    (256, 1, 5376): ("fp8", 8, 3, 4, 1, 0, 1, 0),
-    (256, 1, 10688): ("fp8", 16, 3, 4, 1, 0, 1, 0),
-    (256, 2, 10688): ("fp8", 16, 4, 4, 1, 0, 1, 0),
-    (128, 1, 21312): ("fp8", 8, 3, 4, 1, 0, 1, 0),
-    (64, 1, 42624): ("fp8", 8, 3, 4, 1, 0, 1, 0),
-    (32, 1, 85248): ("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (256, 1, 1344): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (256, 1, 5376): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (256, 1, 10688): Plan("fp8", 16, 3, 4, 1, 0, 1, 0),
+    (256, 2, 10688): Plan("fp8", 16, 4, 4, 1, 0, 1, 0),
+    (128, 1, 21312): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (64, 1, 42624): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (32, 1, 85248): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
 }
 DEFAULT_FORMAT = "fp8"
 
@@ -99,11 +110,12 @@ def _default_plan(batch: int, next_n: int, max_model_len: int):
     chunk = 8 if next_n == 1 else 16
     while chunk > 1 and batch * ((pages + chunk - 1) // chunk) < 132 * 4:
         chunk //= 2
-    return (DEFAULT_FORMAT, chunk, 3 if next_n == 1 else 4, 4, 1, 0, 1, 0)
+    return Plan(DEFAULT_FORMAT, chunk, 3 if next_n == 1 else 4, 4, 1, 0, 1, 0)
 
 
-def plan_for(batch: int, next_n: int, max_model_len: int):
-    return PLANS.get((batch, next_n, max_model_len)) or _default_plan(batch, next_n, max_model_len)
+def plan_for(batch: int, next_n: int, max_model_len: int) -> Plan:
+    plan = PLANS.get((batch, next_n, max_model_len))
+    return Plan(*plan) if plan else _default_plan(batch, next_n, max_model_len)
 
 
 def _shape_of(data):
@@ -125,7 +137,7 @@ if triton is not None:
     # 15 / 8-7 / 6 give exactly value * 2^-126 (exponent 0 lands on a bf16 subnormal); two exact
     # multiplies, by 2^126 and by the block scale 2^(e-127), finish (one multiply could overflow the
     # factor for e > 128). Outputs: $0,$1 the low nibbles (even elements) of bytes 0-3, $2,$3 the high.
-    _FP4_ASM = tl.constexpr("""
+    _E2M1_ASM = tl.constexpr("""
     {
     .reg .b32 a, t, u, k;
     mov.b32 k, 0x7E807E80;
@@ -157,7 +169,7 @@ if triton is not None:
             hi = (((hi & 8) << 4) | ((hi & 7) << 2)).to(tl.float8e4nv, bitcast=True).to(tl.float32)
             return lo * (scale * 64.0), hi * (scale * 64.0)
         else:  # impure, as the MLA submission's decodes (pure made no difference here)
-            return tl.inline_asm_elementwise(_FP4_ASM, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16)],
+            return tl.inline_asm_elementwise(_E2M1_ASM, "=r,=r,=r,=r,r,r,r", [packed, scale.to(tl.bfloat16)],
                                              dtype=(tl.bfloat16, tl.bfloat16), is_pure=False, pack=4)
 
     @triton.jit
@@ -458,12 +470,6 @@ if gluon is not None:
                 gl.store(out_row + i * out_stride + p * BLOCK + tok_o, neg, mask=p * BLOCK + tok_o < max_model_len)
 
 
-def _log_fallback(reason: str) -> None:
-    if reason not in _LOGGED:
-        _LOGGED.add(reason)
-        print(f"[paged_mqa_logits] reference fallback: {reason}", file=sys.stderr)
-
-
 def _format_tensors(data, fmt):
     """(q tensors, cache) of a plan format's pair: fp8 -> ((q,), cache); fp4 -> ((packed, scales), cache)."""
     q, kv_cache = data[0], data[1]
@@ -472,7 +478,7 @@ def _format_tensors(data, fmt):
     return (tuple(qt) if pair == "fp4" else (qt,)), kv_cache[pair]
 
 
-def route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
+def can_route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
     """(use_kernel, reason): why the kernel can or cannot take this input through format pair fmt."""
     if _TRITON_ERROR is not None:
         return False, f"Triton unavailable ({_TRITON_ERROR})"
@@ -570,7 +576,8 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
     and what the CPU tests drive under TRITON_INTERPRET=1 (the Triton kernel; Gluon has no interpreter)."""
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
     batch, next_n, _ = _shape_of(data)
-    fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan or plan_for(batch, next_n, max_model_len)
+    plan = Plan(*(plan or plan_for(batch, next_n, max_model_len)))
+    fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
     if fmt == "fp4" and (scale_tma or q_tma):
         raise ValueError(f"plan {plan}: the fp4 kernel loads q and the scales without TMA")
     out = torch.empty((batch * next_n, max_model_len), dtype=torch.float32, device=weights.device)
@@ -587,31 +594,38 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
                                        gl.NVMMASharedLayout.get_default_for([BLOCK, keys.shape[1]], gl.uint8))
         w_desc = GluonTensorDescriptor(words, [words.shape[0]], [1], [BLOCK],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK], gl.int32))
-        LAST_COMPILED[0] = _fp4_wgmma_kernel[grid](
+        ck = _fp4_wgmma_kernel[grid](
             k_desc, w_desc, qts[0], qts[1].view(torch.int32), keys, words, weights, context_lens, block_tables, out,
             block_tables.stride(0), out.stride(0), max_model_len,
             NEXT_N=next_n, H=H, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages, num_warps=4)
+        _record_compiled("_fp4_wgmma_kernel", plan, out.device, ck)
         return out
     args = _descriptors(data, fmt, next_n, q_tma, kv_tma, scale_tma)
-    LAST_COMPILED[0] = _paged_mqa_logits_kernel[grid](
+    ck = _paged_mqa_logits_kernel[grid](
         *args, weights, context_lens, block_tables, out,
         block_tables.stride(0), out.stride(0), max_model_len,
         FMT=FMT_IDS[fmt], NEXT_N=next_n, H=H, D=D, BLOCK=BLOCK, CHUNK=chunk,
         NUM_STAGES=stages, BT_VECTOR=bt_vector, SCALE_TMA=scale_tma, KV_TMA=kv_tma, Q_TMA=q_tma,
         num_warps=warps, num_stages=stages,
     )
+    _record_compiled("_paged_mqa_logits_kernel", plan, out.device, ck)
     return out
 
 
-# Launch cache: input signature -> _Entry (compiled kernel launched directly, grid, constexpr tail,
+def _record_compiled(name, plan, device, ck):
+    key = (name, plan, device.index)
+    _compiled.pop(key, None)  # re-inserted: the latest launch last
+    _compiled[key] = ck
+
+
+# Launch cache: input signature -> _Route (compiled kernel launched directly, grid, constexpr tail,
 # descriptor parameters). A hit skips routing, Triton's argument binding, its Python launcher (which
-# re-walks the arguments to encode descriptors) and its per-pointer driver check: host time per call
-# is what the L2 flush has to hide in the benchmark. The signature holds every property that routing,
-# Triton's specialization (16-byte alignment of pointers) and the grid depend on, for the tensors of
-# the format pair the shape's plan reads; never a tensor's identity or contents. An entry is verified
-# bitwise against Triton's own launch when it is made.
-_FAST = {}       # signature -> _Entry; False: routed, use Triton's launch path; str: why the reference runs
-_FAST_OFF = []   # set when a direct launch raised (Triton API drift): Triton's path from then on
+# re-walks the arguments to encode descriptors) and its per-pointer driver check. The signature holds
+# every property that routing, Triton's specialization (16-byte alignment of pointers) and the grid
+# depend on, for the tensors of the format pair the shape's plan reads; never a tensor's identity or
+# contents. A route is verified bitwise against Triton's own launch when it is made.
+_routes = {}  # signature -> _Route; False: routed, use Triton's launch path; str: why the reference runs
+_direct_launch_off = []  # set when a direct launch raised (Triton API drift): Triton's path from then on
 
 
 def _signature(data):
@@ -624,7 +638,7 @@ def _signature(data):
     qa = ((qts[1].shape, qts[1].stride(), qts[1].dtype, qts[1].get_device(), qts[1].data_ptr() & 15)
           if PAIR[fmt] == "fp4" else None)
     # The cache's block count is left out (it follows the random context lengths, so it changes with
-    # every input); only whether it fits 32-bit row coordinates counts, and _Entry reads it per call.
+    # every input); only whether it fits 32-bit row coordinates counts, and _Route reads it per call.
     return (fmt, qf.shape, qf.stride(), qf.dtype, qf.get_device(), qa,
             0 < kv_shape[0] * CACHE_ROWS_PER_BLOCK[fmt] < 2 ** 31, kv_shape[1:], kv.stride(), kv.dtype,
             kv.get_device(), weights.shape, weights.stride(), weights.dtype, weights.get_device(),
@@ -635,11 +649,13 @@ def _signature(data):
              | block_tables.data_ptr()) & 15)
 
 
+# --- shared block: direct launch (the same text in both submissions: tests/test_shared_blocks.py) ---
 class _DirectLaunch:
-    """A CompiledKernel launched through Triton's C launcher (the module its Python launcher wraps)
-    with arguments the caller expands: tensor descriptors as (CUtensorMap, shape..., strides...) and
-    pointers as ints, which skips the per-pointer driver check (the signature pins device, dtype and
-    alignment). Built from Triton 3.x internals; _make_entry verifies it bitwise before use."""
+    """A CompiledKernel launched through Triton's C launcher (the module its Python launcher
+    wraps) with arguments the caller expands: tensor descriptors as (CUtensorMap, shape...,
+    strides...) and pointers as ints, which skips the per-pointer driver check (the route's
+    signature already pins device, dtype and alignment). Built from Triton 3.x internals;
+    _make_route checks it bitwise against Triton's own launch before it is used."""
 
     def __init__(self, ck):
         from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
@@ -652,8 +668,8 @@ class _DirectLaunch:
         if closure:  # wrap_handle_tensordesc's Python wrapper: take the C launcher it wraps
             launch = dict(zip(launch.__code__.co_freevars, closure))["launcher"].cell_contents
         self.launch = launch
-        # The C launcher's fixed head: function, cooperative, pdl, global/profile scratch, kernel
-        # metadata, launch metadata, enter/exit hooks (custom_kernel checks that no hook is set).
+        # The C launcher's fixed head: function, cooperative, pdl, global/profile scratch,
+        # kernel metadata, launch metadata, enter/exit hooks (custom_kernel checks that none is set).
         self.head = (ck.function, bool(runner.launch_cooperative_grid), bool(runner.launch_pdl),
                      None, None, ck.packed_metadata, None, None, None)
         self.tma = []  # per descriptor argument: fill_tma_descriptor's leading parameters
@@ -662,29 +678,36 @@ class _DirectLaunch:
                 raise RuntimeError("fp4-padded descriptors are not handled")
             self.tma.append((m["swizzle"], m["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[m["elem_type"]],
                              m["block_size"]))
+# --- end of shared block: direct launch ---
 
 
+# --- shared block: outputs ahead (the same text in both submissions: tests/test_shared_blocks.py) ---
 class _OutputsAhead:
-    """Allocates each call's output during the call before, right after that call's launch: the
-    caching allocator's host time (4-7 us on the H200 VMs) then overlaps a running kernel instead of
+    """Allocates each call's output during the call before, right after that call's launches: the
+    caching allocator's host time (4-7 us on the H200 VMs) then overlaps running kernels instead of
     delaying the next launch, and after the L2 flush of a timed call host time is what shows. Not a
     reuse: every call returns a tensor allocated for it alone and never handed out before. Kept per
-    stream, since the allocator ties a block to the stream it was allocated on; bounded."""
+    stream, since the allocator ties a block to the stream it was allocated on; bounded. With
+    ahead=False (short kernels: host time after the launches would show at the end instead) each
+    call allocates its own output before its launches."""
 
-    def __init__(self, shape):
-        self.shape, self.spare = shape, {}  # stream -> the next call's output
+    def __init__(self, shape, ahead=True):
+        self.shape, self.ahead, self.spare = shape, ahead, {}  # stream -> the next call's output
 
     def take(self, like, stream):
         out = self.spare.pop(stream, None)
         return like.new_empty(self.shape) if out is None else out
 
     def allocate_next(self, like, stream):
+        if not self.ahead:
+            return
         if len(self.spare) >= 4:
             self.spare.clear()
         self.spare[stream] = like.new_empty(self.shape)
+# --- end of shared block: outputs ahead ---
 
 
-class _Entry:
+class _Route:
     """One input signature's launch, everything but the data pointers and the cache's block count fixed."""
 
     def __init__(self, data, plan, ck):
@@ -722,7 +745,7 @@ class _Entry:
 
     def _descriptor_args(self, ptrs, cache_rows):
         """The kernel's descriptor parameters for q and a cache at these addresses, the cache of this
-        many rows. Encoding is a pure function of them (box, swizzle and widths are the entry's), so
+        many rows. Encoding is a pure function of them (box, swizzle and widths are the route's), so
         repeated inputs reuse it: a memo of addresses and a shape, never of data. Bounded, since fresh
         inputs (leaderboard mode) bring new addresses nearly every call."""
         key = (*ptrs, cache_rows)
@@ -761,6 +784,7 @@ class _Entry:
         return out
 
 
+# --- shared block: launch hooks (the same text in both submissions: tests/test_shared_blocks.py) ---
 def _launch_hooked():
     """A profiler's launch hook is set (or this Triton has no knobs): use Triton's launch path,
     which calls the hooks; direct launches would skip them. Triton 3.6's hooks are HookChains
@@ -769,60 +793,84 @@ def _launch_hooked():
         return True
     enter, exit_ = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
     return bool(getattr(enter, "calls", enter)) or bool(getattr(exit_, "calls", exit_))
+# --- end of shared block: launch hooks ---
 
 
-def _make_entry(data):
-    """(entry or False, this call's output): launch through Triton's JIT (compiling), then build the
-    direct entry and check it reproduces that output bit for bit (one sync, once per signature)."""
+def _make_route(data):
+    """(route or False, this call's output): launch through Triton's JIT (compiling), then build the
+    route and check that it reproduces that output bit for bit (one sync, once per signature)."""
     plan = plan_for(*_shape_of(data))
     out = launch(data, plan)
     try:
-        entry = _Entry(data, plan, LAST_COMPILED[0])
-        if not torch.equal(entry(data), out):
+        route = _Route(data, plan, next(reversed(_compiled.values())))
+        if not torch.equal(route(data), out):
             raise RuntimeError("its output differs from Triton's launch")
-    except Exception as exc:
-        print(f"[paged_mqa_logits] direct launch off for this signature: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
-        entry = False
-    return entry, out
+    except Exception as exc:  # Triton's internals moved: Triton's own launch path for this signature
+        reason = f"direct launch off for this input signature ({type(exc).__name__}: {exc})"
+        if reason not in _logged_reasons:
+            _logged_reasons.add(reason)
+            log.warning("paged MQA logits %s", reason)
+        route = False
+    return route, out
 
 
-def _reference(data, reason):
-    _log_fallback(reason)
+def _fall_back(data: input_t, reason: str) -> output_t:
+    if reason not in _logged_reasons:
+        _logged_reasons.add(reason)
+        log.warning("paged MQA logits fast path off, using reference: %s", reason)
     from reference import ref_kernel
     return ref_kernel(data)
 
 
 def custom_kernel(data: input_t) -> output_t:
     try:
-        sig = _signature(data)
-        entry = _FAST.get(sig)
-    except Exception:  # not the expected types: route() says what is wrong
-        sig = entry = None
-    if isinstance(entry, _Entry) and not _FAST_OFF and not _launch_hooked():
+        key = _signature(data)
+        route = _routes.get(key)
+    except Exception:  # not the expected types: can_route() says what is wrong
+        key = route = None
+    if isinstance(route, _Route) and not _direct_launch_off and not _launch_hooked():
         try:
-            return entry(data)
+            return route(data)
         except Exception as exc:  # launcher API drift: Triton's own launch path from now on
-            _FAST_OFF.append(f"{type(exc).__name__}: {exc}")
-            print(f"[paged_mqa_logits] direct launches off: {_FAST_OFF[0]}", file=sys.stderr)
-    if isinstance(entry, str):  # this signature's plan cannot launch here
-        return _reference(data, entry)
-    if entry is None:
+            _direct_launch_off.append(f"{type(exc).__name__}: {exc}")
+            log.warning("paged MQA logits direct launches off: %s", _direct_launch_off[0])
+    if isinstance(route, str):  # this signature's plan cannot launch here
+        return _fall_back(data, route)
+    if route is None:
         try:
             fmt = plan_for(*_shape_of(data))[0]
         except Exception as exc:
-            return _reference(data, f"input is not (q, kv_cache, weights, context_lens, block_tables, "
+            return _fall_back(data, f"input is not (q, kv_cache, weights, context_lens, block_tables, "
                                     f"max_model_len): {type(exc).__name__}: {exc}")
-        ok, reason = route(data, fmt)
+        ok, reason = can_route(data, fmt)
         if not ok:
-            return _reference(data, reason)
+            return _fall_back(data, reason)
     try:
-        if entry is None and sig is not None and not _FAST_OFF and not _launch_hooked():
-            _FAST[sig], out = _make_entry(data)
+        if route is None and key is not None and not _direct_launch_off and not _launch_hooked():
+            _routes[key], out = _make_route(data)
             return out
-        return launch(data)  # routed: a profiler hook, no direct entry, or direct launches off
+        return launch(data)  # routed: a profiler hook, no direct launch, or direct launches off
     except Exception as exc:  # the plan's kernel cannot run here (e.g. out of shared memory)
         reason = f"the kernel failed to launch ({type(exc).__name__}: {str(exc)[:200]})"
-        if sig is not None:
-            _FAST[sig] = reason
-        return _reference(data, reason)
+        if key is not None:
+            _routes[key] = reason
+        return _fall_back(data, reason)
+
+
+# ----------------------------------------------------------------------------------------
+# For tools (benchmarks, SASS dumps): read-only views of the host path's state, and a reset.
+# ----------------------------------------------------------------------------------------
+def compiled_kernels() -> dict:
+    """Every kernel compiled so far, the latest launched last: {key: Triton's CompiledKernel} (its .asm
+    holds PTX and SASS); the key names the kernel, its compile-time constants and launch options."""
+    return dict(_compiled)
+
+
+def route_count() -> int:
+    """How many input signatures have a cached route (or a recorded reason to fall back)."""
+    return len(_routes)
+
+
+def clear_routes() -> None:
+    """Forget every route: the next call of each signature routes, compiles and checks again."""
+    _routes.clear()

@@ -21,7 +21,7 @@ import submission as S  # noqa: E402
 # ---------------------------------------------------------------------------- routing
 def test_plan_table_entries_are_used_and_well_formed():
     for key, plan in S.PLANS.items():
-        assert S.plan_for(*key) == plan
+        assert isinstance(plan, S.Plan) and S.plan_for(*key) == plan
         fmt, bn, splits, warps, stages, kernel = plan
         assert fmt in S.FMT_IDS and bn in (32, 64, 128) and splits >= 1
         assert warps in (4, 8) and stages >= 2 and kernel in (S.KERNEL_HMMA, S.KERNEL_WGMMA, S.KERNEL_GLUON)
@@ -36,6 +36,7 @@ def test_benchmark_shapes_are_all_planned():
 
 
 def _check_rule(batch, kv, q, gluon):
+    assert isinstance(S.plan_for(batch, kv, q), S.Plan)
     fmt, bn, splits, warps, stages, kernel = S.plan_for(batch, kv, q)
     if gluon and batch * kv >= S.GLUON_MIN_TOKENS:
         kind = "gluon"
@@ -486,7 +487,7 @@ def test_a_gluon_kernel_that_fails_hands_over_to_the_triton_plans(monkeypatch, c
         if plan[5] == S.KERNEL_GLUON:
             raise RuntimeError("gluon API moved")
         return False, "triton output"
-    monkeypatch.setattr(S, "PLANS", {(2, 37, 1): ("fp8", 64, 1, 4, 2, S.KERNEL_GLUON)})
+    monkeypatch.setattr(S, "PLANS", {(2, 37, 1): S.Plan("fp8", 64, 1, 4, 2, S.KERNEL_GLUON)})
     monkeypatch.setattr(S, "gluon", S.gluon or object())
     monkeypatch.setattr(S, "_gluon_off", [])
     monkeypatch.setattr(S, "_routes", {})

@@ -224,56 +224,57 @@ def test_check_never_raises_on_bad_output(mods, case):
 # ----------------------------------------------------------------------------------------------------
 def test_routing_reasons(mods, case):
     ref, sub = mods
-    ok, reason = sub.route(case)
+    ok, reason = sub.can_route(case)
     assert not ok and ("CUDA" in reason or "Triton" in reason)
-    ok, reason = sub.route(case, require_cuda=False)
+    ok, reason = sub.can_route(case, require_cuda=False)
     assert ok, reason
     q, kv, w, cl, bt, L = case
     bad_n = ({"fp8": torch.zeros(4, 3, 64, 128, dtype=torch.float8_e4m3fn), "fp4": q["fp4"]}, kv, w, cl, bt, L)
-    assert "next_n = 3" in sub.route(bad_n, require_cuda=False)[1]
+    assert "next_n = 3" in sub.can_route(bad_n, require_cuda=False)[1]
     bad_h = ({"fp8": q["fp8"][:, :, :32].contiguous(), "fp4": q["fp4"]}, kv, w, cl, bt, L)
-    assert "expected float8_e4m3fn" in sub.route(bad_h, require_cuda=False)[1]
+    assert "expected float8_e4m3fn" in sub.can_route(bad_h, require_cuda=False)[1]
     bad_bt = (q, kv, w, cl, bt[:, :1].contiguous(), L)
-    assert "max_model_len / 64" in sub.route(bad_bt, require_cuda=False)[1]
+    assert "max_model_len / 64" in sub.can_route(bad_bt, require_cuda=False)[1]
     bad_w = (q, kv, w.double(), cl, bt, L)
-    assert "weights" in sub.route(bad_w, require_cuda=False)[1]
+    assert "weights" in sub.can_route(bad_w, require_cuda=False)[1]
     bad_kv = (q, {"fp8": kv["fp8"][:, :, :, :128].contiguous(), "fp4": kv["fp4"]}, w, cl, bt, L)
-    assert "kv_cache" in sub.route(bad_kv, require_cuda=False)[1]
-    assert "not (q, kv_cache" in sub.route((1, 2), require_cuda=False)[1]
+    assert "kv_cache" in sub.can_route(bad_kv, require_cuda=False)[1]
+    assert "not (q, kv_cache" in sub.can_route((1, 2), require_cuda=False)[1]
     bad_dev = (q, kv, w.to("meta"), cl, bt, L)  # a kernel would get a pointer it cannot read
-    assert "different devices" in sub.route(bad_dev, require_cuda=False)[1]
+    assert "different devices" in sub.can_route(bad_dev, require_cuda=False)[1]
     bad_cl = (q, kv, w, torch.stack([cl, cl], 1)[:, 0], bt, L)  # int32 (batch,) but strided
-    assert "not contiguous" in sub.route(bad_cl, require_cuda=False)[1]
+    assert "not contiguous" in sub.can_route(bad_cl, require_cuda=False)[1]
     assert sub._signature(bad_cl) != sub._signature(case)
     # the fp4 pair's own layout checks
-    assert sub.route(case, "fp4", require_cuda=False)[0]
+    assert sub.can_route(case, "fp4", require_cuda=False)[0]
     bad_q4 = ({"fp8": q["fp8"], "fp4": (q["fp4"][0][..., :32].contiguous(), q["fp4"][1])}, kv, w, cl, bt, L)
-    assert "q['fp4'][0]" in sub.route(bad_q4, "fp4", require_cuda=False)[1]
+    assert "q['fp4'][0]" in sub.can_route(bad_q4, "fp4", require_cuda=False)[1]
     bad_s4 = ({"fp8": q["fp8"], "fp4": (q["fp4"][0], q["fp4"][1].float())}, kv, w, cl, bt, L)
-    assert "q['fp4'][1]" in sub.route(bad_s4, "fp4", require_cuda=False)[1]
+    assert "q['fp4'][1]" in sub.can_route(bad_s4, "fp4", require_cuda=False)[1]
     bad_kv4 = (q, {"fp8": kv["fp8"], "fp4": kv["fp4"][:, :, :, :64].contiguous()}, w, cl, bt, L)
-    assert "kv_cache['fp4']" in sub.route(bad_kv4, "fp4", require_cuda=False)[1]
-    assert sub.route(bad_kv4, "fp8", require_cuda=False)[0]  # a pair the plan does not read is not checked
+    assert "kv_cache['fp4']" in sub.can_route(bad_kv4, "fp4", require_cuda=False)[1]
+    assert sub.can_route(bad_kv4, "fp8", require_cuda=False)[0]  # a pair the plan does not read is not checked
     # the Gluon kernel reads the fp4 pair: the same checks, and Gluon itself
-    assert sub.route(case, "fp4w", require_cuda=False)[0]
-    assert "kv_cache['fp4']" in sub.route(bad_kv4, "fp4w", require_cuda=False)[1]
+    assert sub.can_route(case, "fp4w", require_cuda=False)[0]
+    assert "kv_cache['fp4']" in sub.can_route(bad_kv4, "fp4w", require_cuda=False)[1]
 
 
 def test_fp4w_routes_to_the_reference_without_gluon(mods, case, monkeypatch):
     ref, sub = mods
     monkeypatch.setattr(sub, "_GLUON_ERROR", "ImportError: no gluon")
-    ok, reason = sub.route(case, "fp4w", require_cuda=False)
+    ok, reason = sub.can_route(case, "fp4w", require_cuda=False)
     assert not ok and "Gluon" in reason
-    assert sub.route(case, "fp4", require_cuda=False)[0]  # the Triton kernels do not need it
+    assert sub.can_route(case, "fp4", require_cuda=False)[0]  # the Triton kernels do not need it
 
 
-def test_fallback_logs_once_and_is_exact(mods, case, capsys):
+def test_fallback_logs_once_and_is_exact(mods, case, caplog):
     ref, sub = mods
-    sub._LOGGED.clear()
-    out = sub.custom_kernel(case)
-    out2 = sub.custom_kernel(case)
-    err = capsys.readouterr().err
-    assert err.count("reference fallback") == 1 and "CUDA" in err
+    sub._logged_reasons.clear()
+    with caplog.at_level("WARNING", logger="paged_submission"):
+        out = sub.custom_kernel(case)
+        out2 = sub.custom_kernel(case)
+    lines = [r.getMessage() for r in caplog.records if "fast path off" in r.getMessage()]
+    assert len(lines) == 1 and "CUDA" in lines[0]
     assert torch.equal(out, ref.ref_kernel(case)) and torch.equal(out2, out)
 
 
@@ -289,34 +290,35 @@ def test_signature_ignores_identity_and_values_but_not_layout(mods):
     assert sub._signature((q, kv, wt, cl, bt, L)) != sub._signature(a)
 
 
-def test_dispatch_and_launch_failures(mods, monkeypatch, capsys):
-    """Dispatch alone (GPU parts faked): an entry per signature, reused for other tensors of that
+def test_dispatch_and_launch_failures(mods, monkeypatch, caplog):
+    """Dispatch alone (GPU parts faked): a route per signature, reused for other tensors of that
     signature; a kernel that cannot launch falls back to the reference, once per signature."""
     ref, sub = mods
 
-    class FakeEntry(sub._Entry):
+    class FakeRoute(sub._Route):
         def __init__(self):
             pass
 
         def __call__(self, data):
-            return "entry"
+            return "route"
     made = []
-    monkeypatch.setattr(sub, "_FAST", {})
-    monkeypatch.setattr(sub, "route", lambda data, fmt: (True, "ok"))
-    monkeypatch.setattr(sub, "_make_entry", lambda data: made.append(1) or (FakeEntry(), "first call"))
+    monkeypatch.setattr(sub, "_routes", {})
+    monkeypatch.setattr(sub, "can_route", lambda data, fmt: (True, "ok"))
+    monkeypatch.setattr(sub, "_make_route", lambda data: made.append(1) or (FakeRoute(), "first call"))
     a = ref.generate_input(batch=2, next_n=1, context=100, seed=1, random=0)
     b = ref.generate_input(batch=2, next_n=1, context=100, seed=2, random=0)
-    assert sub.custom_kernel(a) == "first call" and sub.custom_kernel(b) == "entry" and len(made) == 1
+    assert sub.custom_kernel(a) == "first call" and sub.custom_kernel(b) == "route" and len(made) == 1
 
     def out_of_smem(data):
         made.append(1)
         raise RuntimeError("out of resource: shared memory")
-    monkeypatch.setattr(sub, "_FAST", {})
-    monkeypatch.setattr(sub, "_make_entry", out_of_smem)
-    sub._LOGGED.clear()
-    out1, out2 = sub.custom_kernel(a), sub.custom_kernel(a)
+    monkeypatch.setattr(sub, "_routes", {})
+    monkeypatch.setattr(sub, "_make_route", out_of_smem)
+    sub._logged_reasons.clear()
+    with caplog.at_level("WARNING", logger="paged_submission"):
+        out1, out2 = sub.custom_kernel(a), sub.custom_kernel(a)
     assert torch.equal(out1, ref.ref_kernel(a)) and torch.equal(out2, out1) and len(made) == 2
-    assert capsys.readouterr().err.count("shared memory") == 1
+    assert sum("shared memory" in r.getMessage() for r in caplog.records) == 1
 
 
 def test_launch_hooks_turn_direct_launches_off(mods):
@@ -400,38 +402,38 @@ def test_kernel_under_interpreter():
         assert ok, f"{spec} {plan}: {msg}"
 
 
-def test_entry_allocates_the_next_output_after_its_launch(mods):
+def test_route_allocates_the_next_output_after_its_launch(mods):
     """Each call returns a tensor of its own, the one its kernel wrote; the next call's output is
     allocated after this call's launch (host time that then overlaps the kernel), per stream."""
     ref, sub = mods
     data = ref.generate_input(batch=2, next_n=1, context=100, seed=3)
     launched = []
-    entry = sub._Entry.__new__(sub._Entry)
-    entry.fmt, entry.device, entry.grid = "fp8", torch.device("cpu"), (1, 2, 1)
-    entry.stream_of = lambda index: current_stream[0]
-    entry.out_shape, entry.rows_per_block = (2, data[5]), 66
-    entry.fill_tma, entry.descriptor_args, entry.descs = (lambda *a: "desc"), {}, [None, None, None]
-    entry.scalars, entry.tail = (), ()
-    entry.outputs = sub._OutputsAhead(entry.out_shape)
+    route = sub._Route.__new__(sub._Route)
+    route.fmt, route.device, route.grid = "fp8", torch.device("cpu"), (1, 2, 1)
+    route.stream_of = lambda index: current_stream[0]
+    route.out_shape, route.rows_per_block = (2, data[5]), 66
+    route.fill_tma, route.descriptor_args, route.descs = (lambda *a: "desc"), {}, [None, None, None]
+    route.scalars, route.tail = (), ()
+    route.outputs = sub._OutputsAhead(route.out_shape)
 
     def launch(*args):
         stream, out_ptr = args[3], args[14]
-        assert stream not in entry.outputs.spare  # nothing allocated ahead before this launch
+        assert stream not in route.outputs.spare  # nothing allocated ahead before this launch
         launched.append(out_ptr)
-    entry.kernel = types.SimpleNamespace(head=(), launch=launch)
+    route.kernel = types.SimpleNamespace(head=(), launch=launch)
     current_stream = [7]
-    outs = [entry(data) for _ in range(3)]
+    outs = [route(data) for _ in range(3)]
     assert [o.data_ptr() for o in outs] == launched
     assert len({o.data_ptr() for o in outs}) == 3  # alive together, never the same storage
     assert all(o.shape == (2, data[5]) and o.dtype == torch.float32 for o in outs)
-    spare = entry.outputs.spare[7]
+    spare = route.outputs.spare[7]
     current_stream[0] = 9  # another stream: not handed the spare allocated on stream 7
-    other = entry(data)
-    assert other is not spare and entry.outputs.spare[7] is spare and 9 in entry.outputs.spare
+    other = route(data)
+    assert other is not spare and route.outputs.spare[7] is spare and 9 in route.outputs.spare
 
 
-def test_entry_memoizes_descriptors_by_addresses_and_cache_rows(mods):
-    """The entry's descriptor memo is keyed by what the encodes read (q's and the cache's addresses,
+def test_route_memoizes_descriptors_by_addresses_and_cache_rows(mods):
+    """The route's descriptor memo is keyed by what the encodes read (q's and the cache's addresses,
     the cache's rows), reuses nothing across different ones, and stays bounded."""
     ref, sub = mods
     calls = []
@@ -439,18 +441,18 @@ def test_entry_memoizes_descriptors_by_addresses_and_cache_rows(mods):
     def fill_tma(ptr, tag, shape, strides, pad):
         calls.append(ptr)
         return (ptr, tag, tuple(shape))
-    entry = sub._Entry.__new__(sub._Entry)
-    entry.fill_tma, entry.descriptor_args = fill_tma, {}
-    entry.descs = [(0, ("q box",), 128, 128), (1, ("key box",), None, 128), None]  # q, keys by TMA; scales plain
-    first = entry._descriptor_args((1 << 20, 2 << 20), 660)
+    route = sub._Route.__new__(sub._Route)
+    route.fill_tma, route.descriptor_args = fill_tma, {}
+    route.descs = [(0, ("q box",), 128, 128), (1, ("key box",), None, 128), None]  # q, keys by TMA; scales plain
+    first = route._descriptor_args((1 << 20, 2 << 20), 660)
     assert first == ((1 << 20, "q box", (128, 128)), 128, 128, 128, 1,
                      (2 << 20, "key box", (660, 128)), 660, 128, 128, 1, None)
-    assert entry._descriptor_args((1 << 20, 2 << 20), 660) is first and len(calls) == 2
-    assert entry._descriptor_args((1 << 20, 2 << 20), 330)[5][2] == (330, 128)  # fewer blocks: re-encoded
-    assert entry._descriptor_args((1 << 20, 3 << 20), 660)[5][0] == 3 << 20 and len(calls) == 6
+    assert route._descriptor_args((1 << 20, 2 << 20), 660) is first and len(calls) == 2
+    assert route._descriptor_args((1 << 20, 2 << 20), 330)[5][2] == (330, 128)  # fewer blocks: re-encoded
+    assert route._descriptor_args((1 << 20, 3 << 20), 660)[5][0] == 3 << 20 and len(calls) == 6
     for i in range(100):
-        entry._descriptor_args((1 << 20, (4 << 20) + 4096 * i), 660)
-    assert len(entry.descriptor_args) <= 16
+        route._descriptor_args((1 << 20, (4 << 20) + 4096 * i), 660)
+    assert len(route.descriptor_args) <= 16
 
 
 def test_gluon_fp4_kernel_compiles_for_sm90_with_register_keys(mods):
