@@ -166,6 +166,9 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int) -> Plan:
 # the MXFP4 nibbles never have to be interleaved: an MXFP4 group holds the even (low
 # nibble) or odd (high nibble) columns of a 128-column chunk, and q/out use the same
 # column map (_group_cols). Dots: S = Q.K^T (M = 16 heads) and O += P.V per group.
+# The dims (16 heads, 576 = 512 + 64 columns, 18 MXFP4 scales a row) and the FMT ids (0 MXFP4,
+# 1 fp8, 2 bf16: FMT_IDS) are literals here: the Triton interpreter that runs these kernels in the
+# CPU tests cannot combine a global constexpr with a tensor (`C // 4 + tl.arange(...)` fails there).
 # ----------------------------------------------------------------------------------------
 @triton.jit
 def _group_cols(base: tl.constexpr, half: tl.constexpr, W: tl.constexpr, FMT: tl.constexpr):
@@ -182,7 +185,7 @@ def _group_cols(base: tl.constexpr, half: tl.constexpr, W: tl.constexpr, FMT: tl
 # 0/1 (then 2/3) to the two 16-bit halves, and both nibbles of the pair are decoded from that one
 # word: placing sign/exponent/mantissa at bf16 bits 15 / 8-7 / 6 gives exactly value * 2^-126
 # (E=0 lands on a bf16 subnormal); two exact multiplies by 2^126 and the block scale finish.
-# The same text as the paged kit's _FP4_ASM; tests/test_asm_decodes.py runs both in a PTX emulator.
+# The same text in the paged kit (tests/test_shared_blocks.py); tests/test_asm_decodes.py runs it in a PTX emulator.
 _E2M1_ASM = tl.constexpr("""
 {
 .reg .b32 a, t, u, k;
@@ -1065,6 +1068,16 @@ def _qk_scale(config):
     return config["sm_scale"] * LOG2E
 
 
+def _split_args(gluon, descs, q, out, scales, kv_indptr, part_o, part_lse, sync, qk_scale, q_seq_len, splits):
+    """The split kernel's runtime arguments in its parameter order, _mla_fp8_wgmma_kernel's (gluon) or
+    _mla_split_kernel's (which has no arrival counters): the one place both launch paths take the order
+    from. Triton's launch passes tensors and descriptor objects; the direct launch passes pointers as
+    ints and each descriptor expanded to (CUtensorMap, shape..., strides...)."""
+    if gluon:
+        return (*descs, q, out, scales, kv_indptr, part_o, part_lse, sync, qk_scale, q_seq_len, splits)
+    return (q, out, *descs, scales, kv_indptr, part_o, part_lse, qk_scale, q_seq_len, splits)
+
+
 def _split_constexprs(plan, dot):
     """The split kernel's constexpr arguments, in its parameter order (the direct launch relies
     on that order): _mla_split_kernel's, or _mla_fp8_wgmma_kernel's for a KERNEL_GLUON plan."""
@@ -1119,16 +1132,16 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
                                           gl.NVMMASharedLayout.get_default_for([block_n, 64], gl.float8e4nv))
         # cooperative with splits: the launch then fails, rather than hangs, if the grid cannot be resident
         split_ck = _mla_fp8_wgmma_kernel[(total_q, splits, 1)](
-            nope_desc, rope_desc, q, out, scales, kv_indptr, part_o, part_lse, sync,
-            _qk_scale(config), config["q_seq_len"], splits, **split_consts, num_warps=warps,
-            launch_cooperative_grid=splits > 1)
+            *_split_args(True, (nope_desc, rope_desc), q, out, scales, kv_indptr, part_o, part_lse, sync,
+                         _qk_scale(config), config["q_seq_len"], splits),
+            **split_consts, num_warps=warps, launch_cooperative_grid=splits > 1)
         name = "_mla_fp8_wgmma_kernel"
     else:
         kv_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 64])
         rope_desc = TensorDescriptor(base, [total_kv, row], [row, 1], [block_n, 32])
         split_ck = _mla_split_kernel[(total_q, splits, 1)](
-            q, out, kv_desc, rope_desc, scales, kv_indptr, part_o, part_lse,
-            _qk_scale(config), config["q_seq_len"], splits,
+            *_split_args(False, (kv_desc, rope_desc), q, out, scales, kv_indptr, part_o, part_lse, sync,
+                         _qk_scale(config), config["q_seq_len"], splits),
             **split_consts, num_warps=warps, num_stages=stages)
         name = "_mla_split_kernel"
     _compiled[(name, tuple(split_consts.items()), warps, stages, dev)] = split_ck
@@ -1267,14 +1280,10 @@ class _Route:
             ptrs = self.part_ptrs[stream] = (tuple(t.data_ptr() for t in _scratch_for(
                 self.total_q, self.splits, self.device, stream)) if self.splits > 1 else (0, 0, 0))
         split, (part_o, part_lse, sync) = self.split, ptrs
-        if self.gluon:  # _mla_fp8_wgmma_kernel's parameter order
-            split.launch(self.total_q, self.splits, 1, stream, *split.head,
-                         *descs, q.data_ptr(), out_ptr, scales.data_ptr(), kv_indptr.data_ptr(),
-                         part_o, part_lse, sync, self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
-        else:
-            split.launch(self.total_q, self.splits, 1, stream, *split.head,
-                         q.data_ptr(), out_ptr, *descs, scales.data_ptr(), kv_indptr.data_ptr(),
-                         part_o, part_lse, self.qk_scale, self.q_seq_len, self.splits, *self.split_consts)
+        split.launch(self.total_q, self.splits, 1, stream, *split.head,
+                     *_split_args(self.gluon, descs, q.data_ptr(), out_ptr, scales.data_ptr(), kv_indptr.data_ptr(),
+                                  part_o, part_lse, sync, self.qk_scale, self.q_seq_len, self.splits),
+                     *self.split_consts)
         combine = self.combine
         if combine is not None:
             combine.launch(self.total_q, self.combine_programs, 1, stream, *combine.head,

@@ -450,6 +450,36 @@ def test_gluon_route_passes_the_kernels_parameters_in_order():
     assert len(got) == 1  # the kernel merges its splits itself: no combine launch
 
 
+def test_triton_route_passes_the_kernels_parameters_in_order():
+    """As above, for _mla_split_kernel's direct launch (descriptors before the scale pointer, no
+    arrival counters) and the combine kernel that merges its splits."""
+    got = []
+    route = S._Route.__new__(S._Route)
+    route.fmt, route.total_q, route.splits, route.row, route.gluon = "fp8", 2, 3, 576, False
+    route.device, route.stream_of = torch.device("cpu"), lambda index: 5
+    route.descriptors, route.fill_tma = {}, lambda *a: "desc"
+    route.part_ptrs = {5: (111, 222, 333)}
+    plan = S.Plan("fp8", 64, 3, 4, 2, S.KERNEL_HMMA)
+    route.split_consts = tuple(S._split_constexprs(plan, "dot").values())
+    route.qk_scale, route.q_seq_len = 0.25, 1
+    route.outputs = S._OutputsAhead((2, S.NUM_HEADS, S.V_DIM), ahead=False)
+    route.split = types.SimpleNamespace(tma=[(), ()], head=("h",), launch=lambda *a: got.append(a))
+    route.combine = types.SimpleNamespace(head=("c",), launch=lambda *a: got.append(a))
+    route.combine_programs, route.combine_consts = 4, (4, 128)
+    q = torch.zeros(2, S.NUM_HEADS, S.QK_DIM, dtype=torch.bfloat16)
+    kv = {"fp8": (torch.zeros(10, 1, S.QK_DIM, dtype=torch.float8_e4m3fn), torch.ones(1))}
+    indptr = torch.tensor([0, 4, 10], dtype=torch.int32)
+    out = route(q, kv, indptr)
+    names = S._mla_split_kernel.arg_names
+    assert names[:11] == ["q_ptr", "out_ptr", "kv_desc", "rope_desc", "scale_ptr", "kv_indptr_ptr", "part_o_ptr",
+                          "part_lse_ptr", "qk_scale", "q_seq_len", "num_splits"]
+    assert got[0][:3] == (2, 3, 1) and got[0][5:] == (
+        q.data_ptr(), out.data_ptr(), "desc", 10, 576, 576, 1, "desc", 10, 576, 576, 1, kv["fp8"][1].data_ptr(),
+        indptr.data_ptr(), 111, 222, 0.25, 1, 3, *route.split_consts)
+    assert tuple(names[11:]) == tuple(S._split_constexprs(plan, "dot"))
+    assert got[1][:3] == (2, 4, 1) and got[1][5:] == (111, 222, out.data_ptr(), 3, 4, 128)
+
+
 def test_gluon_kernel_compiles_for_sm90_to_tma_and_wgmma():
     """The Gluon kernel compiles for sm_90 on this CPU machine (Gluon has no interpreter: its GPU
     checks are eval.py's and tools/bench_mla.py's) and runs what it is for: TMA loads (UTMALDG), the
