@@ -1,5 +1,6 @@
-"""Shared set-up of the device diagnostics in tools/ (kernel_times, ncu_case): a
-problem directory's modules, imported as eval.py's worker imports them, and GPU-only timing."""
+"""What the GPU tools share (bench_mla, tune_mla, kernel_times, ncu_case, the paged kit's bench): a
+problem directory's modules, imported as eval.py's worker imports them; the judge's L2 flush; and one
+timer, GPU time with the call queued behind a hold, as eval.py ranks it."""
 import importlib.util
 import math
 import sys
@@ -51,6 +52,29 @@ def queued_gpu_us(fn, flush, warm=None) -> float:
     end.record()
     torch.cuda.synchronize()
     return start.elapsed_time(end) * 1e3
+
+
+_judge_flush = []
+
+
+def l2_flush():
+    """The judge's L2 flush (utils.L2Flush: a read of twice the L2, which leaves its lines clean), made once."""
+    if not _judge_flush:
+        sys.path.insert(0, str(ROOT))
+        import utils
+
+        _judge_flush.append(utils.L2Flush())
+    return _judge_flush[0]
+
+
+def median_gpu_us(fn, reps=20, warmup=3, flush=None) -> float:
+    """Median over reps of queued_gpu_us(fn, flush) after warmup untimed calls; flush: the judge's by
+    default."""
+    flush = flush or l2_flush()
+    for _ in range(warmup):
+        fn()
+    times = sorted(queued_gpu_us(fn, flush) for _ in range(reps))
+    return times[len(times) // 2]
 
 
 def print_case_table(columns, rows, width=70):
