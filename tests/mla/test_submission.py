@@ -216,17 +216,19 @@ def test_a_plan_that_cannot_launch_falls_back_once(monkeypatch, caplog):
     assert sum("shared memory" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_launch_hooks_turn_direct_launches_off():
+@pytest.mark.parametrize("which", ["launch_enter_hook", "launch_exit_hook"])
+def test_launch_hooks_turn_direct_launches_off(which):
+    """(_launch_hooked is a block both submissions share: tests/test_shared_blocks.py.)"""
     knobs = pytest.importorskip("triton").knobs
     assert not S._launch_hooked()  # Triton 3.6: empty HookChains
 
     def hook(*args):
         pass
-    knobs.runtime.launch_enter_hook.add(hook)
+    getattr(knobs.runtime, which).add(hook)
     try:
         assert S._launch_hooked()
     finally:
-        knobs.runtime.launch_enter_hook.remove(hook)
+        getattr(knobs.runtime, which).remove(hook)
     assert not S._launch_hooked()
 
 

@@ -321,21 +321,6 @@ def test_dispatch_and_launch_failures(mods, monkeypatch, caplog):
     assert sum("shared memory" in r.getMessage() for r in caplog.records) == 1
 
 
-def test_launch_hooks_turn_direct_launches_off(mods):
-    ref, sub = mods
-    knobs = pytest.importorskip("triton").knobs
-    assert not sub._launch_hooked()
-
-    def hook(*args):
-        pass
-    knobs.runtime.launch_exit_hook.add(hook)
-    try:
-        assert sub._launch_hooked()
-    finally:
-        knobs.runtime.launch_exit_hook.remove(hook)
-    assert not sub._launch_hooked()
-
-
 def test_plans_cover_benchmarks(mods):
     """Every benchmark shape has a plan; plans are well formed."""
     import yaml
