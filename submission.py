@@ -159,27 +159,9 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int) -> Plan:
 
 
 # ----------------------------------------------------------------------------------------
-# Kernels.
-# Per program: one query token (its 16 heads share every KV tile), one KV split.
-# The 576 K dims are processed as 8 "groups" of 64 columns (= V dims) plus 2 rope groups of
-# 32 columns, so no tile exceeds a 256-wide TMA box or needs a non-power-of-2 shape, and
-# the MXFP4 nibbles never have to be interleaved: an MXFP4 group holds the even (low
-# nibble) or odd (high nibble) columns of a 128-column chunk, and q/out use the same
-# column map (_group_cols). Dots: S = Q.K^T (M = 16 heads) and O += P.V per group.
-# The dims (16 heads, 576 = 512 + 64 columns, 18 MXFP4 scales a row) and the FMT ids (0 MXFP4,
-# 1 fp8, 2 bf16: FMT_IDS) are literals here: the Triton interpreter that runs these kernels in the
-# CPU tests cannot combine a global constexpr with a tensor (`C // 4 + tl.arange(...)` fails there).
+# PTX snippets, each behind a small Triton wrapper that states its contract (inputs, outputs,
+# exactness) and falls back to plain Triton ops under the interpreter.
 # ----------------------------------------------------------------------------------------
-@triton.jit
-def _group_cols(base: tl.constexpr, half: tl.constexpr, W: tl.constexpr, FMT: tl.constexpr):
-    """Columns of q/out (within 0..575) that group `half` of a chunk starting at `base` holds."""
-    i = tl.arange(0, W)
-    if FMT == 0:  # MXFP4: byte i holds columns 2i (low nibble) and 2i+1 (high nibble)
-        return base + 2 * i + half
-    else:
-        return base + half * W + i
-
-
 # E2M1 -> bf16 on the GPU, in PTX on packed registers (Triton's per-byte integer ops and its
 # fp8 conversion cost ~3x more instructions, which made the kernel ALU-bound). prmt spreads bytes
 # 0/1 (then 2/3) to the two 16-bit halves, and both nibbles of the pair are decoded from that one
@@ -202,7 +184,6 @@ shl.b32 t, a, 2; and.b32 t, t, 0x01C001C0; shl.b32 u, a, 8; and.b32 u, u, 0x8000
 mul.rn.bf16x2 t, t, k; mul.rn.bf16x2 $3, t, $6;
 }
 """)
-
 
 
 @triton.jit
@@ -244,6 +225,28 @@ def _fp8_to(x, DOT: tl.constexpr):
                                          dtype=tl.float16, is_pure=False, pack=4)
     else:
         return x.to(DOT)
+
+
+# ----------------------------------------------------------------------------------------
+# Kernels.
+# Per program: one query token (its 16 heads share every KV tile), one KV split.
+# The 576 K dims are processed as 8 "groups" of 64 columns (= V dims) plus 2 rope groups of
+# 32 columns, so no tile exceeds a 256-wide TMA box or needs a non-power-of-2 shape, and
+# the MXFP4 nibbles never have to be interleaved: an MXFP4 group holds the even (low
+# nibble) or odd (high nibble) columns of a 128-column chunk, and q/out use the same
+# column map (_group_cols). Dots: S = Q.K^T (M = 16 heads) and O += P.V per group.
+# The dims (16 heads, 576 = 512 + 64 columns, 18 MXFP4 scales a row) and the FMT ids (0 MXFP4,
+# 1 fp8, 2 bf16: FMT_IDS) are literals here: the Triton interpreter that runs these kernels in the
+# CPU tests cannot combine a global constexpr with a tensor (`C // 4 + tl.arange(...)` fails there).
+# ----------------------------------------------------------------------------------------
+@triton.jit
+def _group_cols(base: tl.constexpr, half: tl.constexpr, W: tl.constexpr, FMT: tl.constexpr):
+    """Columns of q/out (within 0..575) that group `half` of a chunk starting at `base` holds."""
+    i = tl.arange(0, W)
+    if FMT == 0:  # MXFP4: byte i holds columns 2i (low nibble) and 2i+1 (high nibble)
+        return base + 2 * i + half
+    else:
+        return base + half * W + i
 
 
 @triton.jit
