@@ -140,7 +140,7 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int) -> Plan:
     shorter than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
     plan = PLANS.get((batch_size, kv_seq_len, q_seq_len))
     if plan is not None and (plan[5] != KERNEL_GLUON or _gluon_usable()):
-        return Plan(*plan)  # (a table edited by hand may hold plain tuples)
+        return plan if isinstance(plan, Plan) else Plan(*plan)  # (a table edited by hand may hold tuples)
     programs = max(1, batch_size * q_seq_len)
     cap = max(1, kv_seq_len // MIN_TOKENS_PER_SPLIT)
     rows = batch_size * kv_seq_len

@@ -115,7 +115,9 @@ def _default_plan(batch: int, next_n: int, max_model_len: int):
 
 def plan_for(batch: int, next_n: int, max_model_len: int) -> Plan:
     plan = PLANS.get((batch, next_n, max_model_len))
-    return Plan(*plan) if plan else _default_plan(batch, next_n, max_model_len)
+    if plan is None:
+        return _default_plan(batch, next_n, max_model_len)
+    return plan if isinstance(plan, Plan) else Plan(*plan)  # (a table edited by hand may hold tuples)
 
 
 def _shape_of(data):
