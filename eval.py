@@ -1079,7 +1079,8 @@ class WorkerProcess:
         self.handshake(deadline)
 
     def _relay_output(self, pipe) -> None:
-        for raw in iter(pipe.readline, b""):
+        # Bounded reads: output without newlines arrives in pieces, never as one line of unbounded size.
+        for raw in iter(lambda: pipe.readline(RELAY_LINE_CHARS), b""):
             self.report.relay(self.role, raw.decode(errors="replace").rstrip("\n"))
 
     @property

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 import time
 from pathlib import Path
 
@@ -519,6 +520,24 @@ def test_input_layout_round_trip_preserves_values_and_strides():
     assert all(spec[0] % harness.InputLayout.ALIGN == 0 for spec in layout.specs)
     layout.poison(arena)
     assert torch.isnan(views[0]).all() and (views[1] == 0).all()
+
+
+def test_output_without_newlines_is_relayed_in_bounded_pieces(capsys):
+    """A submission's 64 MB on stdout with no newline reaches the judge in pieces of at most
+    RELAY_LINE_CHARS bytes, so the judge never holds it whole; past RELAY_LINE_LIMIT pieces it is dropped."""
+    import io
+
+    class Pipe(io.BytesIO):
+        longest = 0
+
+        def readline(self, size=-1):
+            piece = super().readline(size)
+            Pipe.longest = max(Pipe.longest, len(piece))
+            return piece
+    worker = types.SimpleNamespace(report=harness.Report(), role="submission")
+    harness.WorkerProcess._relay_output(worker, Pipe(b"x" * (64 << 20)))
+    assert 0 < Pipe.longest <= harness.RELAY_LINE_CHARS
+    assert "further output of the submission dropped" in capsys.readouterr().out
 
 
 def test_trimmed_mean_leaves_out_the_largest():
