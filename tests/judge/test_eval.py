@@ -39,6 +39,19 @@ INLINE = {
     "slowed": "import time\nfrom reference import ref_kernel\ndef custom_kernel(data):\n    out = ref_kernel(data)\n"
               "    end = time.perf_counter() + 0.004\n    while time.perf_counter() < end:\n        pass\n    return out\n",
     "no_kernel": "x = 1\n",
+    # Right only while its worker runs at nice 19 and cannot raise its priority again.
+    "checks_its_priority": textwrap.dedent("""
+        import os
+        from reference import ref_kernel
+        def custom_kernel(data):
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, 0)
+                lowered = False
+            except PermissionError:
+                lowered = True
+            out = ref_kernel(data)
+            return out if lowered and os.getpriority(os.PRIO_PROCESS, 0) == 19 else out * 0
+        """),
     "wrong_first": "import torch\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
                    "    return torch.zeros_like(ref_kernel(data)) if data[4]['batch_size'] == 2 else ref_kernel(data)\n",
     # Returns the first output it computed for a shape on every later call with that shape.
@@ -397,6 +410,13 @@ def test_the_judge_cannot_be_signalled_or_traced(problem, one_case):
     if "no signals to it" in out:  # Landlock scopes signals on this kernel: the judge survives
         assert code == 112 and log["check"] == "fail"
         _assert_no_forged_results(lines, out)
+
+
+def test_the_submission_runs_at_the_lowest_priority_for_good(problem, one_case):
+    """Work a submission starts between its calls (burning every core while the null submission is
+    timed, to inflate the baseline its own times are checked against) runs at nice 19, under the judge."""
+    code, out, err, log, _ = run_eval(problem, "test", submission="checks_its_priority", extra=[one_case], popcorn=True)
+    assert code == 0 and log["check"] == "pass", out + err
 
 
 def test_the_judges_files_cannot_be_rewritten(problem, one_case, tmp_path):
