@@ -56,6 +56,7 @@ except Exception as exc:  # pragma: no cover - depends on the installed Triton
     _GLUON_ERROR = f"{type(exc).__name__}: {exc}"
 
 log = logging.getLogger("mla_submission")
+LOG_PREFIX = "MLA"  # what this submission's log lines start with
 
 NUM_HEADS, QK_DIM, V_DIM, ROPE_DIM = 16, 576, 512, 64
 MXFP4_ROW_BYTES, MXFP4_SCALES = QK_DIM // 2, QK_DIM // 32  # 288 packed bytes, 18 E8M0 scales
@@ -939,7 +940,7 @@ _capability = {}
 _routes = {}
 _scratch = {}  # (total_q, splits, device, stream) -> (partial O, partial lse, counters); never keyed by data
 _sm_count = {}  # device -> SMs
-_compiled = {}  # (kernel, constexprs, warps, stages, device) -> CompiledKernel: code, for tools
+_compiled = {}  # (kernel, constexprs, warps, stages, device) -> CompiledKernel, the latest launch last: code, for tools
 
 
 # --- shared block: route kinds (the same text in both submissions: tests/test_shared_blocks.py) ---
@@ -952,12 +953,19 @@ class _Fallback(NamedTuple):  # a signature whose plan cannot launch here: the r
 # --- end of shared block: route kinds ---
 
 
+# --- shared block: fallback (the same text in both submissions: tests/test_shared_blocks.py) ---
+def _warn_once(message: str) -> None:
+    """The message in the log the first time it comes (a fallback's reason recurs on every call)."""
+    if message not in _logged_reasons:
+        _logged_reasons.add(message)
+        log.warning("%s %s", LOG_PREFIX, message)
+
+
 def _fall_back(data: input_t, reason: str) -> output_t:
-    if reason not in _logged_reasons:
-        _logged_reasons.add(reason)
-        log.warning("MLA fast path off, using reference: %s", reason)
+    _warn_once(f"fast path off, using reference: {reason}")
     from reference import ref_kernel
     return ref_kernel(data)
+# --- end of shared block: fallback ---
 
 
 def _is_contig_on(t, device, dtype, shape):
@@ -1149,13 +1157,13 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
                          _qk_scale(config), config["q_seq_len"], splits),
             **split_consts, num_warps=warps, num_stages=stages)
         name = "_mla_split_kernel"
-    _compiled[(name, tuple(split_consts.items()), warps, stages, dev)] = split_ck
+    _record_compiled((name, tuple(split_consts.items()), warps, stages, dev), split_ck)
     combine_ck = None
     if splits > 1 and kernel != KERNEL_GLUON:  # the Gluon kernel merges its splits itself
         combine_consts = _combine_constexprs(splits)
         combine_ck = _mla_combine_kernel[(total_q, V_DIM // combine_consts["BD"], 1)](
             part_o, part_lse, out, splits, **combine_consts, num_warps=4, num_stages=3)
-        _compiled[("_mla_combine_kernel", tuple(combine_consts.items()), 4, 3, dev)] = combine_ck
+        _record_compiled(("_mla_combine_kernel", tuple(combine_consts.items()), 4, 3, dev), combine_ck)
     return out, split_ck, combine_ck, plan
 
 
@@ -1336,10 +1344,7 @@ def _make_route(q, kv_data, kv_indptr, config, plan):
         if not torch.equal(route(q, kv_data, kv_indptr), out):
             raise RuntimeError("its output differs from Triton's launch")
     except Exception as exc:  # Triton's internals moved: Triton's own launch path from now on
-        reason = f"direct launch off for this input signature ({type(exc).__name__}: {exc})"
-        if reason not in _logged_reasons:
-            _logged_reasons.add(reason)
-            log.warning("MLA %s", reason)
+        _warn_once(f"direct launch off for this input signature ({type(exc).__name__}: {exc})")
         route = False
     return route, out
 
@@ -1396,7 +1401,7 @@ def _first_call(data: input_t, plan, key) -> output_t:
                     _routes[key] = _Fallback(reason)
                 return _fall_back(data, reason)
             _gluon_off.append(reason)
-            log.warning("MLA %s; the Gluon kernel is off, Triton plans from now on", reason)
+            log.warning("%s %s; the Gluon kernel is off, Triton plans from now on", LOG_PREFIX, reason)
             plan, key = _plan_and_key(data)
 
 
@@ -1418,4 +1423,9 @@ def route_count() -> int:
 def clear_routes() -> None:
     """Forget every route: the next call of each signature routes, compiles and checks again."""
     _routes.clear()
+
+def _record_compiled(key, ck) -> None:
+    """Keeps a launch's CompiledKernel for compiled_kernels(), re-inserted so that the latest is last."""
+    _compiled.pop(key, None)
+    _compiled[key] = ck
 # --- end of shared block: tool access ---

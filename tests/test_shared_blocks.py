@@ -1,5 +1,5 @@
 """The two submissions share host-path blocks (the direct launcher, the outputs-ahead allocator, the
-launch-hook check, the kinds of route, the accessors for tools) and the E2M1 decode's PTX. Each copy is marked in both files; this keeps the copies
+launch-hook check, the kinds of route, the fallback and its log, the accessors for tools) and the E2M1 decode's PTX. Each copy is marked in both files; this keeps the copies
 the same text, so that a fix to one reaches the other."""
 import re
 import textwrap
@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FILES = (ROOT / "submission.py", ROOT / "problems" / "paged_mqa_logits" / "submission.py")
 BLOCK = re.compile(r"^# --- shared block: (?P<name>[\w ]+) \(.*?\) ---\n(?P<text>.*?)^# --- end of shared block: (?P=name) ---$",
                    re.M | re.S)
-EXPECTED = {"direct launch", "outputs ahead", "launch hooks", "route kinds", "tool access"}
+EXPECTED = {"direct launch", "outputs ahead", "launch hooks", "route kinds", "fallback", "tool access"}
 
 
 def shared_blocks(path: Path) -> dict:

@@ -74,6 +74,7 @@ PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4"}  # the input pair a plan form
 ROW_BYTES = {f: {"fp8": D, "fp4": D // 2}[pair] for f, pair in PAIR.items()}  # 128 / 64
 CACHE_ROWS_PER_BLOCK = {f: BLOCK * (rb + 4) // rb for f, rb in ROW_BYTES.items()}  # 66 / 68
 log = logging.getLogger("paged_submission")
+LOG_PREFIX = "paged MQA logits"  # what this submission's log lines start with
 _logged_reasons = set()
 _compiled = {}  # (kernel, plan, device) -> CompiledKernel, the latest launch last: code, for tools
 
@@ -600,7 +601,7 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
             k_desc, w_desc, qts[0], qts[1].view(torch.int32), keys, words, weights, context_lens, block_tables, out,
             block_tables.stride(0), out.stride(0), max_model_len,
             NEXT_N=next_n, H=H, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages, num_warps=4)
-        _record_compiled("_fp4_wgmma_kernel", plan, out.device, ck)
+        _record_compiled(("_fp4_wgmma_kernel", plan, out.device.index), ck)
         return out
     args = _descriptors(data, fmt, next_n, q_tma, kv_tma, scale_tma)
     ck = _paged_mqa_logits_kernel[grid](
@@ -610,14 +611,8 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
         NUM_STAGES=stages, BT_VECTOR=bt_vector, SCALE_TMA=scale_tma, KV_TMA=kv_tma, Q_TMA=q_tma,
         num_warps=warps, num_stages=stages,
     )
-    _record_compiled("_paged_mqa_logits_kernel", plan, out.device, ck)
+    _record_compiled(("_paged_mqa_logits_kernel", plan, out.device.index), ck)
     return out
-
-
-def _record_compiled(name, plan, device, ck):
-    key = (name, plan, device.index)
-    _compiled.pop(key, None)  # re-inserted: the latest launch last
-    _compiled[key] = ck
 
 
 # Launch cache: input signature -> _Route (compiled kernel launched directly, grid, constexpr tail,
@@ -798,20 +793,16 @@ def _launch_hooked():
 # --- end of shared block: launch hooks ---
 
 
-def _make_route(data):
+def _make_route(data, plan):
     """(route or False, this call's output): launch through Triton's JIT (compiling), then build the
     route and check that it reproduces that output bit for bit (one sync, once per signature)."""
-    plan = plan_for(*_shape_of(data))
     out = launch(data, plan)
     try:
         route = _Route(data, plan, next(reversed(_compiled.values())))
         if not torch.equal(route(data), out):
             raise RuntimeError("its output differs from Triton's launch")
     except Exception as exc:  # Triton's internals moved: Triton's own launch path for this signature
-        reason = f"direct launch off for this input signature ({type(exc).__name__}: {exc})"
-        if reason not in _logged_reasons:
-            _logged_reasons.add(reason)
-            log.warning("paged MQA logits %s", reason)
+        _warn_once(f"direct launch off for this input signature ({type(exc).__name__}: {exc})")
         route = False
     return route, out
 
@@ -826,12 +817,19 @@ class _Fallback(NamedTuple):  # a signature whose plan cannot launch here: the r
 # --- end of shared block: route kinds ---
 
 
+# --- shared block: fallback (the same text in both submissions: tests/test_shared_blocks.py) ---
+def _warn_once(message: str) -> None:
+    """The message in the log the first time it comes (a fallback's reason recurs on every call)."""
+    if message not in _logged_reasons:
+        _logged_reasons.add(message)
+        log.warning("%s %s", LOG_PREFIX, message)
+
+
 def _fall_back(data: input_t, reason: str) -> output_t:
-    if reason not in _logged_reasons:
-        _logged_reasons.add(reason)
-        log.warning("paged MQA logits fast path off, using reference: %s", reason)
+    _warn_once(f"fast path off, using reference: {reason}")
     from reference import ref_kernel
     return ref_kernel(data)
+# --- end of shared block: fallback ---
 
 
 def custom_kernel(data: input_t) -> output_t:
@@ -846,7 +844,7 @@ def custom_kernel(data: input_t) -> output_t:
                 return route(data)
             except Exception as exc:  # launcher API drift: Triton's own launch path from now on
                 _direct_launch_off.append(f"{type(exc).__name__}: {exc}")
-                log.warning("paged MQA logits direct launches off: %s", _direct_launch_off[0])
+                log.warning("%s direct launches off: %s", LOG_PREFIX, _direct_launch_off[0])
         return launch(data, route.plan)  # a profiler's hooks (Triton's path calls them), or launches off
     if isinstance(route, _TritonLaunch):
         return launch(data, route.plan)
@@ -870,7 +868,7 @@ def _first_call(data: input_t, key) -> output_t:
     try:
         if key is None or _direct_launch_off or _launch_hooked():
             return launch(data, plan)
-        route, out = _make_route(data)
+        route, out = _make_route(data, plan)
         _routes[key] = route or _TritonLaunch(plan)
         return out
     except Exception as exc:  # the plan's kernel cannot run here (e.g. out of shared memory)
@@ -898,4 +896,9 @@ def route_count() -> int:
 def clear_routes() -> None:
     """Forget every route: the next call of each signature routes, compiles and checks again."""
     _routes.clear()
+
+def _record_compiled(key, ck) -> None:
+    """Keeps a launch's CompiledKernel for compiled_kernels(), re-inserted so that the latest is last."""
+    _compiled.pop(key, None)
+    _compiled[key] = ck
 # --- end of shared block: tool access ---

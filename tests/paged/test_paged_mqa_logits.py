@@ -304,12 +304,12 @@ def test_dispatch_and_launch_failures(mods, monkeypatch, caplog):
     made = []
     monkeypatch.setattr(sub, "_routes", {})
     monkeypatch.setattr(sub, "can_route", lambda data, fmt: (True, "ok"))
-    monkeypatch.setattr(sub, "_make_route", lambda data: made.append(1) or (FakeRoute(), "first call"))
+    monkeypatch.setattr(sub, "_make_route", lambda data, plan: made.append(1) or (FakeRoute(), "first call"))
     a = ref.generate_input(batch=2, next_n=1, context=100, seed=1, random=0)
     b = ref.generate_input(batch=2, next_n=1, context=100, seed=2, random=0)
     assert sub.custom_kernel(a) == "first call" and sub.custom_kernel(b) == "route" and len(made) == 1
 
-    def out_of_smem(data):
+    def out_of_smem(data, plan):
         made.append(1)
         raise RuntimeError("out of resource: shared memory")
     monkeypatch.setattr(sub, "_routes", {})
