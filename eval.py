@@ -30,7 +30,7 @@ the worker and checked against the judge's own clock (docs/judge.md, "What the j
 
 Runner protocol: when POPCORN_FD names an open file descriptor, results are also written there as
 `key: value` lines (check, test-count, test.N.spec/status/error/message, benchmark-count,
-benchmark.N.spec/runs/mean/std/err/best/worst/host/floor/judge/early, times in ns). POPCORN_SEED, if
+benchmark.N.spec/runs/mean/std/err/best/worst/host/floor/judge/early/stragglers, times in ns). POPCORN_SEED, if
 set, is combined with every case's seed. Exit codes: 0 all passed, 112 something failed, 111
 POPCORN_FD is not an open descriptor, 113 the tests file or task.yml is malformed, 2 bad command line.
 
@@ -99,6 +99,12 @@ WARMUP_CALLS = 3
 # cannot fail an honest case.
 MARGIN_ABS_NS = {"cuda": 20e3, "cpu": 2e6}
 MARGIN_REL = 0.15
+# A call that has not returned when the judge releases it is timed on the judge's host clock, host time
+# included. In a case whose other calls all return in time, such a call is a stall of the host (the
+# worker descheduled or paging), not the submission's cost, and one of them would move the mean by
+# milliseconds: up to STRAGGLER_SHARE of a case's calls (one at least) are then left out of its ranked
+# statistics. They are still checked, and the report counts them.
+STRAGGLER_SHARE = 0.01
 NULL_CALIBRATION, NULL_EVERY, TRIM = 10, 4, 0.05
 # compare mode: the normal quantile of its two-sided 95 % intervals; how much two worker processes
 # running the same file differ, by which every interval is widened (it is fixed within a pair of
@@ -106,6 +112,10 @@ NULL_CALIBRATION, NULL_EVERY, TRIM = 10, 4, 0.05
 # 0.996-1.000 per case on the H200, the paged one 1.004-1.007; on two CPU cores, 1.02-1.05); B's file
 # name in the sandbox.
 COMPARE_Z = 1.96
+# compare mode keeps three workers' contexts on the GPU, and its honest gaps to the null are larger: on the
+# H200 the shipped MLA submission's gap read +20.0 to +21.0 us per case in compare against +5 to +8 us in
+# leaderboard mode on the same machine. Its margin is this many times the ranked modes'.
+COMPARE_MARGIN_FACTOR = 2
 COMPARE_PROCESS_SPREAD = {"cuda": 0.005, "cpu": 0.05}
 OTHER_SUBMISSION = "submission_other.py"
 
@@ -1503,6 +1513,15 @@ def ranked_times(calls: list[TimedCall], nulls: list[TimedCall]) -> list[float]:
     return times
 
 
+def ranked_calls(calls: list[TimedCall]) -> list[TimedCall]:
+    """The calls whose times a case ranks: all of them, unless the calls released before they returned are
+    stragglers (at most STRAGGLER_SHARE of the calls, one at least, with the others in time): then the others."""
+    late = sum(c.early for c in calls)
+    if 0 < late < len(calls) and late <= max(1, int(STRAGGLER_SHARE * len(calls))):
+        return [c for c in calls if not c.early]
+    return calls
+
+
 def verify_times(calls: list[TimedCall], nulls: list[TimedCall], margin_abs_ns: float) -> str:
     """'' if the reported times agree with the judge's clock, else why not. Per call, the judge's clock
     minus the reported time is the protocol's overhead; the same protocol with the null submission says
@@ -1711,12 +1730,14 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     problem = verify_times(calls, nulls, MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"])
     if problem:
         return problem
-    stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(calls, nulls)))
+    ranked = ranked_calls(calls)
+    stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(ranked, nulls)))
     host = [c.host_ns for c in calls if math.isfinite(c.host_ns)]
     stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
     stats["floor"] = prep.floor_ns if prep.floor_ns is not None else float("nan")
     stats["judge"] = sum(c.device_ns for c in calls) / len(calls) + overhead_gap(calls, nulls)
     stats["early"] = sum(c.early for c in calls)
+    stats["stragglers"] = len(calls) - len(ranked)
     return ""
 
 
@@ -1761,7 +1782,11 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
         pct = f"{100 * result['floor'] / result['mean']:.0f}%" if math.isfinite(result["floor"]) else "-"
         report.say(f"{i:>2}  {case.spec:52s} {_fmt_ns(result['mean']):>11s} {_fmt_ns(result['err']):>9s} "
                    f"{_fmt_ns(result['best']):>11s} {result['runs']:>5d} {host:>10s} {floor:>10s} {pct:>6s}")
-        if result["early"]:
+        if result["stragglers"]:
+            notes.append(f"case {i}: {result['stragglers']} of {result['runs'] + result['stragglers']} calls had not "
+                         f"returned {RETURN_WAIT_S * 1e3:g} ms after they were made while the others had (a stall of "
+                         f"the host): left out of the ranked statistics, checked")
+        elif result["early"]:
             notes.append(f"case {i}: {result['early']} of {result['runs']} calls had not returned "
                          f"{RETURN_WAIT_S * 1e3:g} ms after they were made (custom_kernel waits on the GPU, or its "
                          f"host path is slower): those are timed on the judge's clock as they ran, host time included")
@@ -1850,7 +1875,7 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
             _, se = _log_ratio([c.device_ns for c in calls["A"]], [c.device_ns for c in calls["B"]])
             if se < 0.001 or time.perf_counter_ns() - wall_start > wall_limit:
                 break
-    margin = MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"]
+    margin = COMPARE_MARGIN_FACTOR * MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"]
     for name in sides:
         problem = verify_times(calls[name], nulls[name], margin)
         if problem:

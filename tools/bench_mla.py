@@ -185,7 +185,7 @@ def main():
         gbs = bytes_moved(data, plan[0]) / (ms * 1e-3) / 1e9
         ref_ms = float("nan")
         if not args.no_ref:
-            ref_ms = time_call(lambda: R.ref_kernel(data), reps=3, warmup=1)
+            ref_ms = time_call(lambda d=data: R.ref_kernel(d), reps=3, warmup=1)
             refs.append(math.log(ref_ms))
         logs.append(math.log(ms))
         row = (f"| {batch} | {kv} | {tuple(plan)} | {err:.4f} | {'ok' if ok else 'FAIL'} | {ms:.4f} | "
