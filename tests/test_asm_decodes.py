@@ -262,3 +262,55 @@ def test_mla_q_split_matches_the_fp32_split():
             hi = _e4m3_value(_e4m3_bits(float(x)))
             lo = _e4m3_value(_e4m3_bits(float(x) - hi))
             assert _e4m3_value(out["$0"] >> (8 * j)) == hi and _e4m3_value(out["$1"] >> (8 * j)) == lo, (x, j)
+
+
+def _probe():
+    pytest.importorskip("triton")
+    spec = importlib.util.spec_from_file_location("fp4_decode_probe", ROOT / "tools" / "fp4_decode_probe.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _table_decode(asm, w, s, table_words):
+    """The table decode of word w at relative scale exponent s: (bytes of $0, bytes of $1)."""
+    t_lo, t_hi = table_words(s)
+    out = run_ptx(asm, {"$2": w, "$3": t_lo, "$4": t_hi})
+    return [(out["$0"] >> 8 * i) & 0xFF for i in range(4)], [(out["$1"] >> 8 * i) & 0xFF for i in range(4)]
+
+
+def test_table_decode_is_exact_for_every_code_scale_and_sign():
+    """tools/fp4_decode_probe.py's E2M1_TABLE_ASM: word w (elements 0-7, the even one in each byte's low
+    nibble) at every relative scale exponent s the table holds -> e4m3(E2M1 * 2^s), exactly, elements 0, 2,
+    4, 6 in $0 and 1, 3, 5, 7 in $1 (-0 as 0x80). Every byte value in every position, both nibbles."""
+    probe = _probe()
+    rng = np.random.default_rng(19)
+    words = [int.from_bytes(bytes((i + k) % 256 for k in range(4)), "little") for i in range(256)]
+    words += [int(w) for w in rng.integers(0, 2 ** 32, 64, dtype=np.uint64)]
+    for s in range(probe.S_MIN, probe.S_MAX + 1):
+        for w in words:
+            codes = [(w >> 4 * i) & 15 for i in range(8)]  # element i in nibble i
+            want = [_e4m3_bits((-1) ** (c >> 3) * E2M1[c & 7] * 2.0 ** s) for c in codes]
+            want = [b | 0x80 if c >> 3 else b for b, c in zip(want, codes)]  # -0 keeps its sign
+            assert _table_decode(probe.E2M1_TABLE_ASM.value, w, s, probe.table_words) == (want[0::2], want[1::2]), \
+                f"word {w:#010x}, s={s}"
+
+
+def test_table_decode_emulation_sees_a_wrong_gather():
+    """The test above can fail: a gather that swaps two elements is caught."""
+    probe = _probe()
+    asm = probe.E2M1_TABLE_ASM.value.replace("0x6420", "0x6402", 1)
+    assert _table_decode(asm, 0x00000100, 0, probe.table_words)[0] != [0, 0x30, 0, 0]  # element 2 is 0.5
+
+
+def test_table_decode_costs_little_more_than_one_instruction_per_element():
+    """The number issue-bound fp4 kernels are built on (tools/results_fp4_decode.md): the table decode,
+    compiled for sm_90 by Triton's own ptxas, is at most 1.25 SASS instructions per element, with no spills."""
+    probe = _probe()
+    try:
+        (ops, elements), (base, _) = probe.sass_counts(), probe.sass_counts(decode=False)
+    except (OSError, RuntimeError) as e:  # a Triton without its bundled ptxas / cuobjdump
+        pytest.skip(f"no sm_90 toolchain: {e}")
+    per_element = (sum(ops.values()) - sum(base.values())) / elements
+    assert 0.9 <= per_element <= 1.25, (per_element, ops - base)
+    assert ops["LDL"] + ops["STL"] == 0

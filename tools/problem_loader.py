@@ -84,3 +84,15 @@ def print_case_table(columns, rows, width=70):
         print(f"{spec[:width]:{width}s} " + " ".join(f"{v:9.1f}" for v in values))
     geomeans = [math.exp(sum(math.log(r[i]) for r in rows) / len(rows)) for i in range(1, len(columns) + 1)]
     print(f"{'geomean':{width}s} " + " ".join(f"{v:9.1f}" for v in geomeans))
+
+
+def results_stamp(command: str) -> str:
+    """The line a results file starts with: when, on what GPU, with which torch and Triton, by what command."""
+    import datetime
+
+    import torch
+    import triton
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return f"{when}, {device}, torch {torch.__version__}, triton {triton.__version__}; `{command}`"

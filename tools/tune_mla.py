@@ -15,6 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_mla import ROOT, SHAPES, rel_err, time_call  # noqa: E402
+from problem_loader import results_stamp  # noqa: E402
 
 sys.path.insert(0, ROOT)
 import reference as R  # noqa: E402
@@ -84,7 +85,10 @@ def main():
     if args.kernels:
         KERNELS[:] = [tuple(int(x) for x in k.split(",")) for k in args.kernels.split()]
     best = {}
-    log = ["| batch | kv | plan | rel L2 | ms |", "|---|---|---|---|---|"]
+    log = ["# MLA plan tuning", "", results_stamp("python tools/tune_mla.py " + " ".join(sys.argv[1:])) +
+           f". ms: median GPU time of {args.reps} calls (bench_mla.time_call: the judge's L2 flush before each, the "
+           "call queued behind a hold); plan: Plan(fmt, block_n, splits, warps, stages, kernel), kernel 0 HMMA, "
+           "1 wgmma, 2 Gluon", "", "| batch | kv | plan | rel L2 | ms |", "|---|---|---|---|---|"]
     for batch, kv, qlen in SHAPES:
         data = R.generate_input(batch, qlen, kv, 99)
         q, kv_data, qo, kvp, cfg = data
