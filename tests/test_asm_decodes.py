@@ -314,3 +314,22 @@ def test_table_decode_costs_little_more_than_one_instruction_per_element():
     per_element = (sum(ops.values()) - sum(base.values())) / elements
     assert 0.9 <= per_element <= 1.25, (per_element, ops - base)
     assert ops["LDL"] + ops["STL"] == 0
+
+
+def test_the_probes_gpu_check_counts_wrong_values():
+    """fp4_decode_probe's GPU check (_wrong), fed the decode as the emulator runs it: nothing wrong; one
+    byte changed in a block the table holds: one wrong value."""
+    import torch
+    probe = _probe()
+    blocks = 4
+    words, scales, ref = probe._inputs(8, blocks, 3, device="cpu")
+    out = []
+    for b, w in enumerate(words.tolist()):
+        s = max(int(scales[b // 4]) - int(ref[b // 4 // blocks]), probe.S_MIN)
+        even, odd = _table_decode(probe.E2M1_TABLE_ASM.value, w & 0xFFFFFFFF, s, probe.table_words)
+        out += [int.from_bytes(bytes(even), "little"), int.from_bytes(bytes(odd), "little")]
+    out = torch.tensor(out, dtype=torch.int64).to(torch.int32)
+    assert probe._wrong(words, scales, ref, out, blocks) == 0
+    held = next(b for b in range(scales.numel()) if int(scales[b]) - int(ref[b // blocks]) >= probe.S_MIN)
+    out.view(torch.uint8)[32 * held] ^= 0x01  # element 0 of the block: a different e4m3 value
+    assert probe._wrong(words, scales, ref, out, blocks) == 1

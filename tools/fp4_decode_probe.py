@@ -18,9 +18,7 @@ The decode (E2M1_TABLE_ASM, run through the PTX emulator in tests/test_asm_decod
   the token's values are e4m3 * 2^(e_ref - 127), one factor per token. A block with s < S_MIN (more than
   11 binades under the token's largest) needs an exact path of its own; the probe counts them."""
 import argparse
-import collections
 import os
-import re
 import sys
 
 import torch
@@ -113,11 +111,8 @@ def sass_counts(nb: int = 2048, warps: int = 4, blocks: int = 18, decode: bool =
     """(SASS instruction counts by opcode, decoded elements per thread) of the probe compiled for sm_90: the
     kernel is straight-line, so its static count is what each thread executes."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from sass_offline import sass_of
-    sass = sass_of(compile_offline(nb, warps, blocks, decode))
-    ops = collections.Counter(m.group(1).split(".")[0]
-                              for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass))
-    return ops, nb * 32 / (32 * warps)
+    from problem_loader import opcode_counts, sass_of
+    return opcode_counts(sass_of(compile_offline(nb, warps, blocks, decode))), nb * 32 / (32 * warps)
 
 
 def sass_rows():
@@ -178,11 +173,12 @@ def main():
         f.write(text)
 
 
-def _inputs(tokens, blocks, seed):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    words = torch.randint(-2 ** 31, 2 ** 31, (tokens * blocks * 4,), generator=gen, device="cuda", dtype=torch.int64)
+def _inputs(tokens, blocks, seed, device="cuda"):
+    """Random packed words (every code), block exponents over 28 binades (many outside the table), e_ref."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    words = torch.randint(-2 ** 31, 2 ** 31, (tokens * blocks * 4,), generator=gen, device=device, dtype=torch.int64)
     words = words.to(torch.int32)
-    scales = torch.randint(112, 140, (tokens, blocks), generator=gen, device="cuda", dtype=torch.int32)
+    scales = torch.randint(112, 140, (tokens, blocks), generator=gen, device=device, dtype=torch.int32)
     ref = (scales.max(1).values - S_MAX).to(torch.int32)  # e_ref per token
     return words, scales.to(torch.uint8).reshape(-1), ref
 

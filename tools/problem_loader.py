@@ -1,6 +1,7 @@
-"""What the GPU tools share (bench_mla, tune_mla, kernel_times, ncu_case, the paged kit's bench): a
-problem directory's modules, imported as eval.py's worker imports them; the judge's L2 flush; and one
-timer, GPU time with the call queued behind a hold, as eval.py ranks it."""
+"""What the tools share (bench_mla, tune_mla, kernel_times, ncu_case, the SASS tools, the paged kit's bench):
+a problem directory's modules, imported as eval.py's worker imports them; the judge's L2 flush; one timer,
+GPU time with the call queued behind a hold, as eval.py ranks it; the SASS of a kernel compiled for sm_90
+(no GPU needed) and its instruction counts; and the stamp a results file starts with."""
 import importlib.util
 import math
 import sys
@@ -96,3 +97,45 @@ def results_stamp(command: str) -> str:
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return f"{when}, {device}, torch {torch.__version__}, triton {triton.__version__}; `{command}`"
+
+
+def triton_bin(tool: str) -> str:
+    """A binary Triton ships for its NVIDIA backend (ptxas, cuobjdump, nvdisasm)."""
+    import os
+
+    import triton
+
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
+
+
+def sass_of(kernel, path=None) -> str:
+    """cuobjdump -sass of a compiled kernel (its cubin written to path + '.cubin', or to a temp file)."""
+    import os
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = (path or os.path.join(tmp, "k")) + ".cubin"
+        with open(cubin, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        return subprocess.run([triton_bin("cuobjdump"), "-sass", cubin], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def registers_of(cubin_path: str) -> str:
+    """The registers a thread of the cubin's kernel uses (cuobjdump -res-usage), or '?'."""
+    import re
+    import subprocess
+
+    usage = subprocess.run([triton_bin("cuobjdump"), "-res-usage", cubin_path], capture_output=True, text=True).stdout
+    found = re.search(r"REG:(\d+)", usage)
+    return found.group(1) if found else "?"
+
+
+def opcode_counts(sass: str):
+    """Instructions of a SASS listing by opcode (predicates and modifiers stripped: `@P0 LOP3.LUT` is LOP3)."""
+    import collections
+    import re
+
+    return collections.Counter(m.group(1).split(".")[0]
+                               for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass))

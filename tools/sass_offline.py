@@ -10,10 +10,7 @@ conversions).
     python tools/sass_offline.py fp8 64 4 2 2      # the Gluon kernel (KERNEL_GLUON)
 """
 import argparse
-import collections
 import os
-import re
-import subprocess
 import sys
 
 import triton
@@ -23,6 +20,9 @@ from triton.compiler import ASTSource
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import submission as S  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from problem_loader import opcode_counts, registers_of, sass_of  # noqa: E402,F401  (sass_of: for the tests)
 
 ELEMENT = {"mxfp4": "u8", "fp8": "fp8e4nv", "bf16": "bf16"}
 SCALE_PTR = {"mxfp4": "*u8", "fp8": "*fp32", "bf16": "*bf16"}
@@ -69,18 +69,6 @@ def compile_split(fmt, block_n, warps, stages, trans, split=True):
                           options={"num_warps": warps, "num_stages": stages})
 
 
-def sass_of(kernel, path=None):
-    """cuobjdump -sass of a compiled kernel (its cubin written to path + '.cubin', or a temp file)."""
-    import tempfile
-    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = (path or os.path.join(tmp, "k")) + ".cubin"
-        with open(cubin, "wb") as f:
-            f.write(kernel.asm["cubin"])
-        return subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", cubin],
-                              capture_output=True, text=True, check=True).stdout
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("fmt", choices=sorted(ELEMENT))
@@ -91,22 +79,17 @@ def main():
     ap.add_argument("--out", default=None, help="directory for the .ttgir, .ptx, .cubin and .sass")
     args = ap.parse_args()
     kernel = compile_split(args.fmt, args.block_n, args.warps, args.stages, args.trans)
-    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     path = os.path.join(args.out or "/tmp", f"mla_{args.fmt}_{args.block_n}_{args.warps}_{args.stages}_{args.trans}")
     sass = sass_of(kernel, path)
-    usage = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", path + ".cubin"],
-                           capture_output=True, text=True).stdout
     if args.out:
         for ext in ("ttgir", "ptx"):
             with open(f"{path}.{ext}", "w") as f:
                 f.write(kernel.asm[ext])
         with open(path + ".sass", "w") as f:
             f.write(sass)
-    ops = collections.Counter(m.group(1).split(".")[0]
-                              for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass))
-    regs = re.search(r"REG:(\d+)", usage)
+    ops = opcode_counts(sass)
     print(f"{args.fmt} BN={args.block_n} warps={args.warps} stages={args.stages} trans={args.trans}: "
-          f"regs {regs.group(1) if regs else '?'}, shared memory {kernel.metadata.shared} B, "
+          f"regs {registers_of(path + '.cubin')}, shared memory {kernel.metadata.shared} B, "
           f"{sum(ops.values())} instructions")
     print("  " + ", ".join(f"{op} {ops[op]}" for op in WATCH))
 

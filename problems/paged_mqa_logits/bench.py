@@ -199,7 +199,7 @@ def main():
             if ci == 0:
                 results.append((s, best, t_gpu, t_host, t_host_jit, nbytes, good, worst_err))
         S.PLANS[key] = candidates[0]
-        del data, refs, ref_of, valid, out
+        data = refs = valid = out = None  # the shape's tensors freed before the next is generated
         torch.cuda.empty_cache()
 
     print("\nPLANS = {")

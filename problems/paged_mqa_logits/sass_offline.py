@@ -6,19 +6,17 @@ memory, instruction mix), to check a variant before spending GPU time.
 KV_TMA=0 in the environment builds the plain-load key variant. The cubin, SASS, TTGIR and PTX are
 written to /tmp.
 """
-import collections
 import os
-import re
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE]
+sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tools")]
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 import submission as S  # noqa: E402
+from problem_loader import opcode_counts, registers_of, sass_of  # noqa: E402
 
 WATCH = ("UTMALDG", "QGMMA", "HGMMA", "HMMA", "LDS", "STS", "LDSM", "LDL", "STL", "LOP3", "PRMT", "SHF",
          "FMUL", "FFMA", "FMNMX", "SHFL", "BAR", "SYNCS")
@@ -48,25 +46,17 @@ def main():
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(3, 11)}
     src = ASTSource(S._paged_mqa_logits_kernel, signature, constexprs, aligned)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
-    bin_dir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     path = f"/tmp/paged_{fmt}_{chunk}_{stages}_{warps}_{next_n}"
-    with open(path + ".cubin", "wb") as f:
-        f.write(kernel.asm["cubin"])
-    sass = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-sass", path + ".cubin"],
-                          capture_output=True, text=True, check=True).stdout
-    usage = subprocess.run([os.path.join(bin_dir, "cuobjdump"), "-res-usage", path + ".cubin"],
-                           capture_output=True, text=True).stdout
+    sass = sass_of(kernel, path)
     with open(path + ".sass", "w") as f:
         f.write(sass)
     with open(path + ".ttgir", "w") as f:
         f.write(kernel.asm["ttgir"])
     with open(path + ".ptx", "w") as f:
         f.write(kernel.asm["ptx"])
-    ops = collections.Counter(m.group(1).split(".")[0]
-                              for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass))
-    regs = re.search(r"REG:(\d+)", usage)
+    ops = opcode_counts(sass)
     print(f"{fmt} chunk={chunk} stages={stages} warps={warps} next_n={next_n}: "
-          f"regs {regs.group(1) if regs else '?'}, shared {kernel.metadata.shared} B, {sum(ops.values())} instr")
+          f"regs {registers_of(path + '.cubin')}, shared {kernel.metadata.shared} B, {sum(ops.values())} instr")
     print("  " + ", ".join(f"{op} {sum(v for k, v in ops.items() if k == op)}" for op in WATCH))
     print(f"  sass: {path}.sass")
 
