@@ -1513,13 +1513,25 @@ def ranked_times(calls: list[TimedCall], nulls: list[TimedCall]) -> list[float]:
     return times
 
 
+def kept_calls(late: list[bool]) -> list[bool]:
+    """Which of a case's calls (or compare's pairs) its ranking keeps, given which were released before they
+    returned: all, unless those are stragglers (at most STRAGGLER_SHARE of them, one at least, the others in
+    time, and the last in time, so that a late call cannot both end the timing loop and leave it)."""
+    n, k = len(late), sum(late)
+    if 0 < k < n and k <= max(1, int(STRAGGLER_SHARE * n)) and not late[-1]:
+        return [not x for x in late]
+    return [True] * n
+
+
 def ranked_calls(calls: list[TimedCall]) -> list[TimedCall]:
-    """The calls whose times a case ranks: all of them, unless the calls released before they returned are
-    stragglers (at most STRAGGLER_SHARE of the calls, one at least, with the others in time): then the others."""
-    late = sum(c.early for c in calls)
-    if 0 < late < len(calls) and late <= max(1, int(STRAGGLER_SHARE * len(calls))):
-        return [c for c in calls if not c.early]
-    return calls
+    """The calls whose times a case ranks (kept_calls)."""
+    return [c for c, keep in zip(calls, kept_calls([c.early for c in calls])) if keep]
+
+
+def stopping_times(calls: list[TimedCall]) -> list[float]:
+    """What the timing loop's stopping rule reads: the reported time of a call released in time, the judge's
+    clock for one released before it returned (its report is not checked and counts for nothing)."""
+    return [c.judge_ns if c.early else c.device_ns for c in calls]
 
 
 def verify_times(calls: list[TimedCall], nulls: list[TimedCall], margin_abs_ns: float) -> str:
@@ -1723,21 +1735,21 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         if problem:
             return problem
         if i + 1 >= MIN_RUNS:
-            s = calculate_stats([c.device_ns for c in calls])
+            s = calculate_stats(stopping_times(calls))
             if (s.err / s.mean < 0.001 or s.mean * s.runs > max_time
                     or time.perf_counter_ns() - wall_start > wall_limit):
                 break
     problem = verify_times(calls, nulls, MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"])
     if problem:
         return problem
-    ranked = ranked_calls(calls)
-    stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(ranked, nulls)))
-    host = [c.host_ns for c in calls if math.isfinite(c.host_ns)]
+    kept = ranked_calls(calls)
+    stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(kept, nulls)))
+    host = [c.host_ns for c in kept if math.isfinite(c.host_ns)]
     stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
     stats["floor"] = prep.floor_ns if prep.floor_ns is not None else float("nan")
-    stats["judge"] = sum(c.device_ns for c in calls) / len(calls) + overhead_gap(calls, nulls)
+    stats["judge"] = sum(c.device_ns for c in kept) / len(kept) + overhead_gap(kept, nulls)
     stats["early"] = sum(c.early for c in calls)
-    stats["stragglers"] = len(calls) - len(ranked)
+    stats["stragglers"] = len(calls) - len(kept)
     return ""
 
 
@@ -1872,7 +1884,7 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
             if problem:
                 return f"{name}: {problem}", {}
         if i + 1 >= MIN_RUNS:
-            _, se = _log_ratio([c.device_ns for c in calls["A"]], [c.device_ns for c in calls["B"]])
+            _, se = _log_ratio(stopping_times(calls["A"]), stopping_times(calls["B"]))
             if se < 0.001 or time.perf_counter_ns() - wall_start > wall_limit:
                 break
     margin = COMPARE_MARGIN_FACTOR * MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"]
@@ -1880,7 +1892,8 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
         problem = verify_times(calls[name], nulls[name], margin)
         if problem:
             return f"{name}: {problem}", {}
-    ranked = {name: ranked_times(calls[name], nulls[name]) for name in sides}
+    keep = kept_calls([a.early or b.early for a, b in zip(calls["A"], calls["B"])])  # stragglers, by pair
+    ranked = {name: [t for t, k in zip(ranked_times(calls[name], nulls[name]), keep) if k] for name in sides}
     log_mean, log_se = _log_ratio(ranked["A"], ranked["B"])
     return "", {"A": sum(ranked["A"]) / len(ranked["A"]), "B": sum(ranked["B"]) / len(ranked["B"]),
                 "log_ratio": log_mean, "log_se": log_se, "pairs": len(ranked["A"])}

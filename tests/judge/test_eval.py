@@ -555,12 +555,18 @@ def test_a_rare_call_stalled_on_the_host_is_left_out_of_the_ranking():
     submission whose calls are late more often than that is ranked on the judge's clock, every call."""
     on_time = [harness.TimedCall(20e3, 120e3, 0.0, False)] * 99
     stalled = harness.TimedCall(20e3, 95e6, 0.0, True)
-    assert harness.ranked_calls(on_time + [stalled]) == on_time
-    twice = on_time[:98] + [stalled] * 2
+    assert harness.ranked_calls(on_time[:50] + [stalled] + on_time[50:]) == on_time
+    twice = [stalled] * 2 + on_time[:98]
     assert harness.ranked_calls(twice) == twice
-    short = on_time[:9] + [stalled]  # one at least, even in a case of ten calls
+    short = [stalled] + on_time[:9]  # one at least, even in a case of ten calls
     assert harness.ranked_calls(short) == on_time[:9]
+    two = [stalled] + on_time[:99] + [stalled] + on_time[:99]  # 1 % of 200
+    assert harness.ranked_calls(two) == on_time[:99] * 2
     assert harness.ranked_calls([stalled] * 10) == [stalled] * 10  # a submission that always waits
+    # a late last call is ranked: it cannot end the timing loop (a report of 1e12 ns) and be left out too
+    ended_late = on_time[:99] + [harness.TimedCall(1e12, 95e6, 0.0, True)]
+    assert harness.ranked_calls(ended_late) == ended_late
+    assert harness.stopping_times(ended_late)[-1] == 95e6  # and the loop reads the judge's clock for it
 
 
 def test_input_layout_round_trip_preserves_values_and_strides():
