@@ -112,12 +112,12 @@ NULL_CALIBRATION, NULL_EVERY, TRIM = 10, 4, 0.05
 # 0.996-1.000 per case on the H200, the paged one 1.004-1.007; on two CPU cores, 1.02-1.05); B's file
 # name in the sandbox.
 COMPARE_Z = 1.96
+COMPARE_PROCESS_SPREAD = {"cuda": 0.005, "cpu": 0.05}
+OTHER_SUBMISSION = "submission_other.py"
 # compare mode keeps three workers' contexts on the GPU, and its honest gaps to the null are larger: on the
 # H200 the shipped MLA submission's gap read +20.0 to +21.0 us per case in compare against +5 to +8 us in
 # leaderboard mode on the same machine. Its margin is this many times the ranked modes'.
 COMPARE_MARGIN_FACTOR = 2
-COMPARE_PROCESS_SPREAD = {"cuda": 0.005, "cpu": 0.05}
-OTHER_SUBMISSION = "submission_other.py"
 
 # How long the GPU stays held for a call that has not returned (one that synchronises, or a host path
 # slower than this): then the judge releases it and the rest of the call is timed as it runs.

@@ -25,6 +25,9 @@ import torch
 import triton
 import triton.language as tl
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from problem_loader import median_gpu_us, opcode_counts, results_stamp, sass_of  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 S_MIN, S_MAX = -5, 6
 # Table entries 0-3 and 4-7 as e4m3 bytes of 0, .5, 1, 1.5 and 2, 3, 4, 6 (s = 0), little-endian.
@@ -67,10 +70,11 @@ def _xor(a, b):
 
 @triton.jit
 def _probe_kernel(words_ptr, scales_ptr, ref_ptr, out_ptr, slow_ptr, n_blocks, BLOCKS: tl.constexpr,
-                  NB: tl.constexpr, S_MIN_: tl.constexpr, CHECK: tl.constexpr, DECODE: tl.constexpr = True):
+                  NB: tl.constexpr, S_MIN_: tl.constexpr, CHECK: tl.constexpr, ASM: tl.constexpr):
     """NB blocks a program (block b of token b // BLOCKS, its words at 4 b, its scale byte at b; ref: each
-    token's e_ref). The decoded words xor-reduced per program (out), or with CHECK stored (out: per word,
-    evens then odds); slow: per program, the blocks under S_MIN."""
+    token's e_ref), each word decoded by ASM (E2M1_TABLE_ASM, or PASS_THROUGH_ASM for the probe's twin). The
+    decoded words xor-reduced per program (out), or with CHECK stored (out: per word, evens then odds); slow:
+    per program, the blocks under S_MIN."""
     pid = tl.program_id(0)
     b = pid * NB + tl.arange(0, NB)
     live = b < n_blocks
@@ -82,12 +86,8 @@ def _probe_kernel(words_ptr, scales_ptr, ref_ptr, out_ptr, slow_ptr, n_blocks, B
     t_hi = tl.broadcast_to((TABLE_HI + s * 0x08080808).to(tl.uint32)[:, None], (NB, 4))
     idx = b[:, None] * 4 + tl.arange(0, 4)[None, :]
     w = tl.load(words_ptr + idx, mask=live[:, None], other=0)
-    if DECODE:
-        even, odd = tl.inline_asm_elementwise(E2M1_TABLE_ASM, "=r,=r,r,r,r", [w, t_lo, t_hi],
-                                              dtype=(tl.uint32, tl.uint32), is_pure=True, pack=1)
-    else:
-        even, odd = tl.inline_asm_elementwise(PASS_THROUGH_ASM, "=r,=r,r,r,r", [w, t_lo, t_hi],
-                                              dtype=(tl.uint32, tl.uint32), is_pure=True, pack=1)
+    even, odd = tl.inline_asm_elementwise(ASM, "=r,=r,r,r,r", [w, t_lo, t_hi], dtype=(tl.uint32, tl.uint32),
+                                          is_pure=True, pack=1)
     if CHECK:
         tl.store(out_ptr + idx * 2, even, mask=live[:, None])
         tl.store(out_ptr + idx * 2 + 1, odd, mask=live[:, None])
@@ -100,8 +100,9 @@ def compile_offline(nb: int = 2048, warps: int = 4, blocks: int = 18, decode: bo
     from triton.compiler import ASTSource
     signature = {"words_ptr": "*u32", "scales_ptr": "*u8", "ref_ptr": "*i32", "out_ptr": "*u32", "slow_ptr": "*i32",
                  "n_blocks": "i32", "BLOCKS": "constexpr", "NB": "constexpr", "S_MIN_": "constexpr",
-                 "CHECK": "constexpr", "DECODE": "constexpr"}
-    constexprs = {"BLOCKS": blocks, "NB": nb, "S_MIN_": S_MIN, "CHECK": False, "DECODE": decode}
+                 "CHECK": "constexpr", "ASM": "constexpr"}
+    constexprs = {"BLOCKS": blocks, "NB": nb, "S_MIN_": S_MIN, "CHECK": False,
+                  "ASM": (E2M1_TABLE_ASM if decode else PASS_THROUGH_ASM).value}
     aligned = {(i,): [["tt.divisibility", 16]] for i in range(5)}
     src = ASTSource(_probe_kernel, signature, constexprs, aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
@@ -110,8 +111,6 @@ def compile_offline(nb: int = 2048, warps: int = 4, blocks: int = 18, decode: bo
 def sass_counts(nb: int = 2048, warps: int = 4, blocks: int = 18, decode: bool = True):
     """(SASS instruction counts by opcode, decoded elements per thread) of the probe compiled for sm_90: the
     kernel is straight-line, so its static count is what each thread executes."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from problem_loader import opcode_counts, sass_of
     return opcode_counts(sass_of(compile_offline(nb, warps, blocks, decode))), nb * 32 / (32 * warps)
 
 
@@ -160,8 +159,6 @@ def main():
     ap.add_argument("--tokens", type=int, default=1 << 17, help="tokens of each layout to time on the GPU")
     ap.add_argument("--out", default=os.path.join(ROOT, "tools", "results_fp4_decode.md"))
     args = ap.parse_args()
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from problem_loader import results_stamp
     rows = ["# The fp4 table decode", "", results_stamp("python tools/fp4_decode_probe.py" + " --sass" * args.sass)
             + f"; target sm_90 (Triton's ptxas). S_MIN {S_MIN}, S_MAX {S_MAX}.", ""]
     rows += sass_rows() + slow_share_rows()
@@ -186,23 +183,20 @@ def _inputs(tokens, blocks, seed, device="cuda"):
 def gpu_row(layout, blocks, tokens):
     """Every decoded value of 4096 tokens against E2M1 * 2^s, then the reduce-only kernel's GPU time and
     bytes per second over `tokens` tokens (a cache larger than L2)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from problem_loader import median_gpu_us
     nb = 2048
     words, scales, ref = _inputs(4096, blocks, 1)
     n = scales.numel()
     out = torch.empty(n * 8, dtype=torch.int32, device="cuda")
     slow = torch.empty(triton.cdiv(n, nb), dtype=torch.int32, device="cuda")
-    _probe_kernel[(triton.cdiv(n, nb),)](words, scales, ref, out, slow, n, BLOCKS=blocks, NB=nb, S_MIN_=S_MIN,
-                                         CHECK=True, num_warps=4)
+    kw = dict(BLOCKS=blocks, NB=nb, S_MIN_=S_MIN, ASM=E2M1_TABLE_ASM, num_warps=4)
+    _probe_kernel[(triton.cdiv(n, nb),)](words, scales, ref, out, slow, n, CHECK=True, **kw)
     wrong = _wrong(words, scales, ref, out, blocks)
     words, scales, ref = _inputs(tokens, blocks, 2)
     n = scales.numel()
     grid = (triton.cdiv(n, nb),)
     red = torch.empty(grid[0], dtype=torch.int32, device="cuda")
     slow = torch.empty(grid[0], dtype=torch.int32, device="cuda")
-    us = median_gpu_us(lambda: _probe_kernel[grid](words, scales, ref, red, slow, n, BLOCKS=blocks, NB=nb,
-                                                    S_MIN_=S_MIN, CHECK=False, num_warps=4))
+    us = median_gpu_us(lambda: _probe_kernel[grid](words, scales, ref, red, slow, n, CHECK=False, **kw))
     nbytes = words.numel() * 4 + scales.numel()
     return (f"{layout} ({blocks} blocks a token): 4096 tokens decoded, {wrong} values wrong; {tokens} tokens in "
             f"{us:.1f} us: {nbytes / us / 1e3:.0f} GB/s of fp4 cache, {int(slow.sum())} blocks under S_MIN")

@@ -2,9 +2,15 @@
 a problem directory's modules, imported as eval.py's worker imports them; the judge's L2 flush; one timer,
 GPU time with the call queued behind a hold, as eval.py ranks it; the SASS of a kernel compiled for sm_90
 (no GPU needed) and its instruction counts; and the stamp a results file starts with."""
+import collections
+import datetime
 import importlib.util
 import math
+import os
+import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -89,8 +95,6 @@ def print_case_table(columns, rows, width=70):
 
 def results_stamp(command: str) -> str:
     """The line a results file starts with: when, on what GPU, with which torch and Triton, by what command."""
-    import datetime
-
     import torch
     import triton
 
@@ -101,8 +105,6 @@ def results_stamp(command: str) -> str:
 
 def triton_bin(tool: str) -> str:
     """A binary Triton ships for its NVIDIA backend (ptxas, cuobjdump, nvdisasm)."""
-    import os
-
     import triton
 
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", tool)
@@ -110,10 +112,6 @@ def triton_bin(tool: str) -> str:
 
 def sass_of(kernel, path=None) -> str:
     """cuobjdump -sass of a compiled kernel (its cubin written to path + '.cubin', or to a temp file)."""
-    import os
-    import subprocess
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         cubin = (path or os.path.join(tmp, "k")) + ".cubin"
         with open(cubin, "wb") as f:
@@ -124,9 +122,6 @@ def sass_of(kernel, path=None) -> str:
 
 def registers_of(cubin_path: str) -> str:
     """The registers a thread of the cubin's kernel uses (cuobjdump -res-usage), or '?'."""
-    import re
-    import subprocess
-
     usage = subprocess.run([triton_bin("cuobjdump"), "-res-usage", cubin_path], capture_output=True, text=True).stdout
     found = re.search(r"REG:(\d+)", usage)
     return found.group(1) if found else "?"
@@ -134,8 +129,5 @@ def registers_of(cubin_path: str) -> str:
 
 def opcode_counts(sass: str):
     """Instructions of a SASS listing by opcode (predicates and modifiers stripped: `@P0 LOP3.LUT` is LOP3)."""
-    import collections
-    import re
-
     return collections.Counter(m.group(1).split(".")[0]
                                for m in re.finditer(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", sass))
