@@ -42,6 +42,7 @@ on (leaderboard mode stops at the first failed case).
 """
 import argparse
 import base64
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -118,6 +119,14 @@ OTHER_SUBMISSION = "submission_other.py"
 # H200 the shipped MLA submission's gap read +20.0 to +21.0 us per case in compare against +5 to +8 us in
 # leaderboard mode on the same machine. Its margin is this many times the ranked modes'.
 COMPARE_MARGIN_FACTOR = 2
+
+# The null submission's calls run on a quiet machine: every other process the judge started (the
+# submission's worker and whatever it started) is stopped (SIGSTOP), and on a GPU the judge first waits
+# until a probe of QUIET_PROBE_NS, one thread reading the GPU's clock, runs with no gap over QUIET_GAP_NS
+# in it: another context with work queued, on any engine, takes the GPU from it in time slices (on the
+# H200 a context running kernels or copies left gaps of 0.8 to 2.3 ms in such a probe; an idle one,
+# under 0.1 us). A GPU that is not quiet after QUIET_WAIT_S fails the case.
+QUIET_PROBE_NS, QUIET_GAP_NS, QUIET_WAIT_S = 4_000_000, 50_000, 2.0
 
 # How long the GPU stays held for a call that has not returned (one that synchronises, or a host path
 # slower than this): then the judge releases it and the rest of the call is timed as it runs.
@@ -405,14 +414,8 @@ def kill_descendants(keep: set[int], unreaped: set[int] = frozenset()) -> None:
     the judge's children, except `unreaped` (processes whose Popen object reaps them)."""
     if not Path("/proc/self/stat").exists():
         return
-    me = os.getpid()
     for _ in range(200):
-        tree, found, todo = _process_tree(), [], [me]
-        while todo:
-            for child in tree.get(todo.pop(), []):
-                if child not in keep:
-                    found.append(child)
-                    todo.append(child)
+        found = _descendants(keep)
         if not found:
             return
         for pid in found:
@@ -426,6 +429,43 @@ def kill_descendants(keep: set[int], unreaped: set[int] = frozenset()) -> None:
                     os.waitpid(pid, 0)  # the orphans it adopted are the judge's to reap
                 except ChildProcessError:
                     pass
+
+
+def _descendants(keep: set[int]) -> list[int]:
+    """Every live descendant of this process, except the subtrees rooted at `keep`."""
+    tree, found, todo = _process_tree(), [], [os.getpid()]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            if child not in keep:
+                found.append(child)
+                todo.append(child)
+    return found
+
+
+@contextlib.contextmanager
+def descendants_stopped(keep: set[int]):
+    """SIGSTOP every descendant of this process except the subtrees rooted at `keep` (passes until no
+    new one appears: a stopped process cannot fork), and SIGCONT them afterwards."""
+    stopped: set[int] = set()
+    try:
+        if Path("/proc/self/stat").exists():
+            for _ in range(200):
+                new = [pid for pid in _descendants(keep) if pid not in stopped]
+                if not new:
+                    break
+                for pid in new:
+                    try:
+                        os.kill(pid, signal.SIGSTOP)
+                        stopped.add(pid)
+                    except OSError:
+                        pass
+        yield
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,6 +604,32 @@ _STAMP_PTX = r"""
     ld.param.u64 %rd0, [out];
     mov.u64 %rd1, %globaltimer;
     st.global.u64 [%rd0], %rd1;
+    ret;
+}
+"""
+
+
+# The judge's quiet probe: one thread reads %globaltimer for a given time and writes the largest step
+# between two reads. A step of more than a microsecond or so is a time slice the GPU gave to another
+# context.
+_QUIET_PROBE_PTX = r"""
+.visible .entry eval_quiet_probe(.param .u64 out, .param .u64 duration_ns)
+{
+    .reg .pred %p<2>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd0, [out];
+    ld.param.u64 %rd1, [duration_ns];
+    mov.u64 %rd2, %globaltimer;
+    add.u64 %rd3, %rd2, %rd1;
+    mov.u64 %rd4, 0;
+READ:
+    mov.u64 %rd5, %globaltimer;
+    sub.u64 %rd6, %rd5, %rd2;
+    max.u64 %rd4, %rd4, %rd6;
+    mov.u64 %rd2, %rd5;
+    setp.lt.u64 %p0, %rd5, %rd3;
+    @%p0 bra READ;
+    st.global.u64 [%rd0], %rd4;
     ret;
 }
 """
@@ -1047,6 +1113,7 @@ class WorkerProcess:
         self.proc = self.sock = None
         self.seq = 0
         self.mapped = None
+        self.arena = self.result = None  # its own regions: no two workers see each other's inputs or outputs
         self.confinement = []
         self.flag_fd = self.flag = None
         if hasattr(os, "memfd_create"):  # the release count the GPU hold polls, shared with the worker
@@ -1229,7 +1296,8 @@ class Judge:
         if self.cuda:
             self.stamp_fn = self.driver.function(_STAMP_PTX, "eval_stamp")
             self.stamps = torch.zeros(2, dtype=torch.int64, device="cuda")
-        self.arena = self.result = None
+            self.quiet_fn = self.driver.function(_QUIET_PROBE_PTX, "eval_quiet_probe")
+            self.quiet_gap = torch.zeros(1, dtype=torch.int64, device="cuda")
         self.form = None
         self.regions = 0
 
@@ -1302,31 +1370,32 @@ class Judge:
         if self.peak_bw and hasattr(ref, "min_bytes"):
             floor = ref.min_bytes(data) / self.peak_bw * 1e9
         layout = InputLayout(data)
-        self._fit(layout.nbytes, self.form[3])
         if self.cuda:
             torch.cuda.synchronize()
         return Prepared(layout, check, floor)
 
-    def _fit(self, arena_bytes: int, result_bytes: int) -> None:
-        """Grows the shared regions as inputs need (on a GPU old ones stay mapped until the judge exits; on
-        the CPU their files go)."""
-        if self.arena is None or self.arena.nbytes < arena_bytes:
-            if self.arena is not None:
-                self.arena.replaced()
+    def _fit(self, worker: WorkerProcess, arena_bytes: int, result_bytes: int) -> None:
+        """Grows a worker's shared regions as inputs need (on a GPU old ones stay mapped until the judge
+        exits; on the CPU their files go). Each worker has regions of its own, so that nothing the judge
+        writes for one (inputs, poison) can trigger work another left waiting on the GPU."""
+        if worker.arena is None or worker.arena.nbytes < arena_bytes:
+            if worker.arena is not None:
+                worker.arena.replaced()
             self.regions += 1
-            self.arena = SharedRegion(arena_bytes * 5 // 4 + 4096, self.cuda, self.driver, self.sandbox.dir,
-                                      f"arena{self.regions}")
-        if self.result is None or self.result.nbytes != max(result_bytes, 1):
-            if self.result is not None:
-                self.result.replaced()
+            worker.arena = SharedRegion(arena_bytes * 5 // 4 + 4096, self.cuda, self.driver, self.sandbox.dir,
+                                        f"arena{self.regions}")
+        if worker.result is None or worker.result.nbytes != max(result_bytes, 1):
+            if worker.result is not None:
+                worker.result.replaced()
             self.regions += 1
-            self.result = SharedRegion(result_bytes, self.cuda, self.driver, self.sandbox.dir,
-                                       f"result{self.regions}")
+            worker.result = SharedRegion(result_bytes, self.cuda, self.driver, self.sandbox.dir,
+                                         f"result{self.regions}")
 
     def _map(self, worker: WorkerProcess, prep: Prepared, deadline: float) -> None:
-        key = (self.arena.handle, self.result.handle, prep.layout.structure, prep.layout.specs)
+        self._fit(worker, prep.layout.nbytes, self.form[3])
+        key = (worker.arena.handle, worker.result.handle, prep.layout.structure, prep.layout.specs)
         if worker.mapped != key:
-            worker.send(op="map", arena=self.arena.handle, result=self.result.handle,
+            worker.send(op="map", arena=worker.arena.handle, result=worker.result.handle,
                         layout=(prep.layout.structure, prep.layout.specs), form=self.form[:3])
             worker.receive("mapped", deadline)
             worker.mapped = key
@@ -1372,16 +1441,16 @@ class Judge:
         return not result, str(result)
 
     # -- calls -------------------------------------------------------------------------------
-    def _present(self, prep: Prepared, deadline: float, worker=None) -> None:
-        """The input in the worker's arena, the result region poisoned: for an untimed call."""
-        self._map(worker or self.worker, prep, deadline)
-        prep.layout.write(prep.layout.views(self.arena.tensor))
-        self.result.tensor.fill_(0xFF)
+    def _present(self, prep: Prepared, deadline: float, worker: WorkerProcess) -> None:
+        """The input in the worker's arena, its result region poisoned: for an untimed call."""
+        self._map(worker, prep, deadline)
+        prep.layout.write(prep.layout.views(worker.arena.tensor))
+        worker.result.tensor.fill_(0xFF)
         self._sync()
 
     def profile(self, prep: Prepared, deadline: float) -> str:
         """The worker's torch.profiler table of one call (untimed, unchecked)."""
-        self._present(prep, deadline)
+        self._present(prep, deadline, self.worker)
         self.worker.send(op="profile")
         return str(self.worker.receive("profile", deadline).get("table", ""))
 
@@ -1391,7 +1460,7 @@ class Judge:
         self._present(prep, deadline, worker)
         worker.send(op="call")
         done = worker.receive("done", deadline)
-        good, message = self.check(prep, (done.get("output"), self.result.tensor.clone()))
+        good, message = self.check(prep, (done.get("output"), worker.result.tensor.clone()))
         if done.get("changed") is True:
             return False, ("the output changed after custom_kernel returned: finish its work on the current "
                            "stream (join side streams to it) before returning")
@@ -1408,20 +1477,20 @@ class Judge:
         self._map(worker, prep, deadline)
         worker.seq += 1
         seq = worker.seq
-        views = prep.layout.views(self.arena.tensor)
+        views = prep.layout.views(worker.arena.tensor)
         now = time.perf_counter_ns
         if not self.cuda:
             prep.layout.write(views)
-            self.result.tensor.fill_(0xFF)
+            worker.result.tensor.fill_(0xFF)
             t_go = now()
             worker.send(op="timed", seq=seq, mimic_ns=mimic_ns, early=null_early)
             done = worker.receive("done", deadline)
             t_done = now()
-            raw = self.result.tensor.clone()
+            raw = worker.result.tensor.clone()
             return TimedCall(_reported(done), t_done - t_go, t_done - t_go, False), (done.get("output"), raw)
         torch = self.torch
-        prep.layout.poison(self.arena.tensor)
-        self.result.tensor.fill_(0xFF)
+        prep.layout.poison(worker.arena.tensor)
+        worker.result.tensor.fill_(0xFF)
         torch.cuda.synchronize()
         worker.send(op="timed", seq=seq, mimic_ns=mimic_ns, early=null_early)
         try:
@@ -1452,7 +1521,7 @@ class Judge:
                 enqueued = worker.receive("enqueued", deadline, poll=True)
             stream.wait_event(worker.staged_event)
             self._stamp(1)
-            raw = self.result.tensor.clone()
+            raw = worker.result.tensor.clone()
             done = worker.receive("done", deadline, poll=True)
         except CaseFailure:
             worker.release(seq, stream_ordered=False)
@@ -1462,6 +1531,33 @@ class Judge:
         host_ns = enqueued.get("host_ns")
         host_ns = float(host_ns) if isinstance(host_ns, (int, float)) and not isinstance(host_ns, bool) else math.nan
         return TimedCall(_reported(done), judge_ns, host_ns, early), (done.get("output"), raw)
+
+
+    def null_call(self, prep: Prepared, deadline: float, mimic_ns: float, early: bool = False) -> TimedCall:
+        """One call of the null submission (for the protocol's own overhead) on a quiet machine: every
+        other process the judge started is stopped and, on a GPU, nothing else runs on it (QUIET_PROBE_NS).
+        So GPU work the submission leaves behind between its calls cannot slow the null's calls and inflate
+        the baseline its reported times are checked against."""
+        with descendants_stopped(keep={self.null.proc.pid}):
+            if self.cuda:
+                self._wait_until_quiet(deadline)
+            return self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
+
+    def _wait_until_quiet(self, deadline: float) -> None:
+        give_up = min(deadline, time.monotonic() + QUIET_WAIT_S)
+        stream = self.torch.cuda.current_stream().cuda_stream
+        while True:
+            self.driver.launch(self.quiet_fn, 1, 1, stream, [ctypes.c_uint64(self.quiet_gap.data_ptr()),
+                                                            ctypes.c_uint64(QUIET_PROBE_NS)])
+            gap = int(self.quiet_gap.item())
+            if gap <= QUIET_GAP_NS:
+                return
+            if time.monotonic() > give_up:
+                raise CaseFailure(
+                    f"the GPU did not fall quiet between calls: with the submission's processes stopped, other "
+                    f"work still took the GPU from the judge for up to {_fmt_ns(gap)} at a time for "
+                    f"{QUIET_WAIT_S:.0f} s (GPU work the submission left queued after its call returned, or "
+                    f"another process on this GPU); the judge measures its own overhead on a quiet GPU")
 
 
 def _median(values: list[float]) -> float:
@@ -1682,7 +1778,7 @@ def _calibrate_nulls(judge: Judge, worker: WorkerProcess, prep: Prepared, deadli
     """WARMUP_CALLS timed calls of the worker, then NULL_CALIBRATION null calls that take as long."""
     warm = [judge.timed(worker, prep, deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
     mimic = _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
-    return [judge.timed(judge.null, prep, deadline, mimic)[0] for _ in range(NULL_CALIBRATION)]
+    return [judge.null_call(prep, deadline, mimic) for _ in range(NULL_CALIBRATION)]
 
 
 def _timed_checked_call(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: float, i: int,
@@ -1706,10 +1802,9 @@ def _timed_checked_call(judge: Judge, worker: WorkerProcess, prep: Prepared, dea
     calls.append(call)
     kind = [c.device_ns for c in calls if c.early == call.early]
     if call.early and not any(n.early for n in nulls):  # the first call released before it returned
-        nulls.extend(judge.timed(judge.null, prep, deadline, _median(kind), null_early=True)[0]
-                     for _ in range(NULL_CALIBRATION))
+        nulls.extend(judge.null_call(prep, deadline, _median(kind), early=True) for _ in range(NULL_CALIBRATION))
     if len(calls) % NULL_EVERY == 0:
-        nulls.append(judge.timed(judge.null, prep, deadline, _median(kind), null_early=call.early)[0])
+        nulls.append(judge.null_call(prep, deadline, _median(kind), early=call.early))
     return ""
 
 

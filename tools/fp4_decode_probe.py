@@ -156,14 +156,16 @@ def _slow_row(name, scales):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sass", action="store_true", help="only what needs no GPU: SASS counts and the slow share")
-    ap.add_argument("--tokens", type=int, default=1 << 17, help="tokens of each layout to time on the GPU")
+    ap.add_argument("--cache-mb", type=int, default=256,
+                    help="size of each layout's cache to time on the GPU, in MiB (4 x the H200's L2 by default)")
     ap.add_argument("--out", default=os.path.join(ROOT, "tools", "results_fp4_decode.md"))
     args = ap.parse_args()
     rows = ["# The fp4 table decode", "", results_stamp("python tools/fp4_decode_probe.py" + " --sass" * args.sass)
             + f"; target sm_90 (Triton's ptxas). S_MIN {S_MIN}, S_MAX {S_MAX}.", ""]
     rows += sass_rows() + slow_share_rows()
     if not args.sass and torch.cuda.is_available():
-        rows += ["- " + gpu_row(layout, blocks, args.tokens) for layout, blocks in BLOCKS_PER_TOKEN.items()]
+        rows += ["- " + gpu_row(layout, blocks, -(-(args.cache_mb << 20) // (17 * blocks)))
+                 for layout, blocks in BLOCKS_PER_TOKEN.items()]
     text = "\n".join(rows) + "\n"
     print(text)
     with open(args.out, "w") as f:
@@ -182,7 +184,7 @@ def _inputs(tokens, blocks, seed, device="cuda"):
 
 def gpu_row(layout, blocks, tokens):
     """Every decoded value of 4096 tokens against E2M1 * 2^s, then the reduce-only kernel's GPU time and
-    bytes per second over `tokens` tokens (a cache larger than L2)."""
+    bytes per second over `tokens` tokens (17 bytes a block: 16 of codes, one of scale)."""
     nb = 2048
     words, scales, ref = _inputs(4096, blocks, 1)
     n = scales.numel()

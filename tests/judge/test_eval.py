@@ -5,6 +5,7 @@ import base64
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -453,6 +454,7 @@ COPY_ENGINE_HEAD_START = 1.12
     "turns_the_cuda_flag_off",
     "skips_the_hold",
     "computes_before_the_release",
+    "inflates_the_null_baseline",
 ])
 @pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])
 def test_gpu_time_faked_in_the_submissions_process_gains_nothing(problem, one_case, submission, mode):
@@ -567,6 +569,41 @@ def test_a_rare_call_stalled_on_the_host_is_left_out_of_the_ranking():
     ended_late = on_time[:99] + [harness.TimedCall(1e12, 95e6, 0.0, True)]
     assert harness.ranked_calls(ended_late) == ended_late
     assert harness.stopping_times(ended_late)[-1] == 95e6  # and the loop reads the judge's clock for it
+
+
+def _state(pid: int) -> str:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
+def _wait_for(predicate, timeout=10.0) -> bool:
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_the_null_runs_with_every_other_process_stopped():
+    """What null_call runs under: every process the judge started is stopped (SIGSTOP), a detached
+    grandchild (setsid) included, except the subtree it keeps (the null's); all go on afterwards."""
+    forks = "import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(60)\n"
+    worker = subprocess.Popen([sys.executable, "-c", forks])
+    kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert _wait_for(lambda: harness._process_tree().get(worker.pid))
+        grandchild = harness._process_tree()[worker.pid][0]
+        with harness.descendants_stopped(keep={kept.pid}):
+            assert _wait_for(lambda: _state(worker.pid) == "T" and _state(grandchild) == "T")
+            assert _state(kept.pid) != "T"
+        assert _wait_for(lambda: _state(worker.pid) != "T" and _state(grandchild) != "T")
+    finally:
+        for pid in harness._descendants(keep=set()):
+            os.kill(pid, signal.SIGKILL)
+        for proc in (worker, kept):
+            proc.wait()
 
 
 def test_input_layout_round_trip_preserves_values_and_strides():
