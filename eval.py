@@ -1106,6 +1106,7 @@ class WorkerProcess:
     prefixed, as the submission's output; on stop, every process it started is killed."""
 
     live: set = set()  # pids of running workers (kill_descendants spares the others' trees)
+    killed_because = ""  # why the judge killed the workers, if it did (GpuWatchdog), until they start again
 
     def __init__(self, sandbox: Sandbox, role: str, report: "Report"):
         self.sandbox, self.role, self.report = sandbox, role, report
@@ -1215,6 +1216,8 @@ class WorkerProcess:
             return msg
 
     def _death(self, what: str) -> str:
+        if WorkerProcess.killed_because:
+            return WorkerProcess.killed_because
         code = self.proc.poll()
         if code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
@@ -1271,6 +1274,77 @@ class TimedCall:
     early: bool        # the GPU was released before custom_kernel returned
 
 
+# The judge's GPU watchdog. On the H200 a CUDA context with a stream left waiting on a value that never
+# comes (cuStreamWaitValue32) kept every other context's work off the GPU: a submission could leave one
+# behind in a process of its own and hang the judge inside its next GPU call. Once a step of the judge
+# (a message to a worker, an input, a check) has lasted WATCHDOG_AFTER_S, a thread of the judge's checks
+# every WATCHDOG_PERIOD_S that the GPU still runs a small kernel of the judge's; if one does not run
+# within WATCHDOG_LIMIT_S, it kills every process the judge started (their contexts, and what they left
+# on the GPU, go with them) and the case fails saying why. Not under ncu, which holds the GPU while it
+# replays a kernel.
+WATCHDOG_AFTER_S, WATCHDOG_PERIOD_S, WATCHDOG_LIMIT_S = 5.0, 1.0, 20.0
+
+
+class GpuWatchdog:
+    """probe(limit_s): whether the GPU ran a kernel of the judge's within limit_s; on_starved(): what is done
+    when it did not."""
+
+    def __init__(self, probe, on_starved, after_s: float = WATCHDOG_AFTER_S, period_s: float = WATCHDOG_PERIOD_S,
+                 limit_s: float = WATCHDOG_LIMIT_S):
+        self.probe, self.on_starved = probe, on_starved
+        self.after_s, self.period_s, self.limit_s = after_s, period_s, limit_s
+        self.step_started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="eval-gpu-watchdog", daemon=True)
+        self._thread.start()
+
+    def step(self) -> None:
+        """The judge's main thread begins a step."""
+        self.step_started = time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.limit_s + 5)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.period_s):
+            if time.monotonic() - self.step_started >= self.after_s and not self.probe(self.limit_s):
+                if not self._stop.is_set():
+                    self.on_starved()
+
+
+def gpu_probe(torch):
+    """A probe for GpuWatchdog: one small kernel on a stream of its own, polled, never waited on."""
+    stream = torch.cuda.Stream()
+    word = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+    def probe(limit_s: float) -> bool:
+        done = torch.cuda.Event()
+        with torch.cuda.stream(stream):
+            word.add_(1)
+            done.record()
+        give_up = time.monotonic() + limit_s
+        while not done.query():
+            if time.monotonic() > give_up:
+                return False
+            time.sleep(0.01)
+        return True
+    return probe
+
+
+def kill_workers_for_the_gpu() -> None:
+    """GpuWatchdog's on_starved: every process the judge started is killed, the reason kept for the report."""
+    WorkerProcess.killed_because = (
+        f"the judge killed the submission's processes: the GPU ran none of the judge's work for "
+        f"{WATCHDOG_LIMIT_S:.0f} s (a stream that a process of the submission's left waiting on a value that "
+        f"never comes keeps every other process's work off the GPU)")
+    for pid in _descendants(keep=set()):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class Judge:
     def __init__(self, problem: Path, submission: Path, report: "Report", timed: bool, under_ncu: bool = False,
                  other: Path | None = None):
@@ -1298,6 +1372,8 @@ class Judge:
             self.stamps = torch.zeros(2, dtype=torch.int64, device="cuda")
             self.quiet_fn = self.driver.function(_QUIET_PROBE_PTX, "eval_quiet_probe")
             self.quiet_gap = torch.zeros(1, dtype=torch.int64, device="cuda")
+        self.watchdog = (GpuWatchdog(gpu_probe(torch), kill_workers_for_the_gpu) if self.cuda and not under_ncu
+                         else None)
         self.form = None
         self.regions = 0
 
@@ -1333,6 +1409,9 @@ class Judge:
     def ensure_started(self, worker: WorkerProcess, timeout: float) -> None:
         """A worker that is set up: the one spawned at start, or a new one after a failure."""
         deadline = time.monotonic() + timeout
+        self._step()
+        if not worker.running:
+            WorkerProcess.killed_because = ""  # reported with the case it failed
         if worker.running and not worker.confinement:
             worker.handshake(deadline)
         elif not worker.running:
@@ -1349,7 +1428,13 @@ class Judge:
         for w in self.workers:
             w.stop()
 
+    def _step(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.step()
+
     def close(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
         self.stop_workers()
         kill_descendants(keep=set())
         self.sandbox.remove()
@@ -1358,6 +1443,7 @@ class Judge:
     def prepare(self, data, form_too: bool) -> Prepared:
         """The judge's side of one input: its layout, its check (expected results computed once) and,
         for a case's first input, the output form every call must return (from the reference)."""
+        self._step()
         torch, ref = self.torch, self.reference
         if form_too:
             expected = ref.ref_kernel(data)
@@ -1429,6 +1515,7 @@ class Judge:
 
     def check(self, prep: Prepared, returned) -> tuple[bool, str]:
         """returned: (the worker's description of the output, the judge's copy of its bytes)."""
+        self._step()
         out, problem = self._collect(*returned)
         if out is None:
             return False, problem
@@ -1450,12 +1537,14 @@ class Judge:
 
     def profile(self, prep: Prepared, deadline: float) -> str:
         """The worker's torch.profiler table of one call (untimed, unchecked)."""
+        self._step()
         self._present(prep, deadline, self.worker)
         self.worker.send(op="profile")
         return str(self.worker.receive("profile", deadline).get("table", ""))
 
     def call_once(self, prep: Prepared, deadline: float, worker=None) -> tuple[bool, str]:
         """One untimed call on the input (by the submission's worker, or the given one), checked."""
+        self._step()
         worker = worker or self.worker
         self._present(prep, deadline, worker)
         worker.send(op="call")
@@ -1474,6 +1563,7 @@ class Judge:
               null_early: bool = False) -> tuple[TimedCall, tuple]:
         """One call on the timed protocol. For the null worker: mimic_ns, how long its call takes, and
         null_early, whether it waits for its release like a call that had not returned in time."""
+        self._step()
         self._map(worker, prep, deadline)
         worker.seq += 1
         seq = worker.seq
@@ -1538,6 +1628,7 @@ class Judge:
         other process the judge started is stopped and, on a GPU, nothing else runs on it (QUIET_PROBE_NS).
         So GPU work the submission leaves behind between its calls cannot slow the null's calls and inflate
         the baseline its reported times are checked against."""
+        self._step()
         with descendants_stopped(keep={self.null.proc.pid}):
             if self.cuda:
                 self._wait_until_quiet(deadline)

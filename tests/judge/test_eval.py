@@ -513,6 +513,19 @@ def test_a_submission_that_synchronises_is_timed_as_it_runs(problem, one_case):
     assert int(log["benchmark.0.early"]) == int(log["benchmark.0.runs"]) and "on the judge's clock as they ran" in out
 
 
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+def test_a_stream_left_blocked_by_a_child_process_neither_hangs_the_judge_nor_passes(problem, one_case):
+    """A stream waiting forever in a process of the submission's can keep the judge's work off the GPU: the
+    run still ends (the watchdog kills the submission's processes) with the case failed saying why, or, where
+    the GPU does run the judge's work beside it, with the honest time."""
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission="blocks_the_gpu_from_a_child",
+                                      extra=[one_case], popcorn=True, timeout=240)
+    if code == 112:
+        assert "ran none of the judge's work" in log["benchmark.0.error"], out + err
+    else:
+        assert code == 0 and float(log["benchmark.0.mean"]) >= 0.85 * 0.2e6, out + err
+
+
 # ---------------------------------------------------------------------------------------------
 # The judge's pieces
 # ---------------------------------------------------------------------------------------------
@@ -604,6 +617,40 @@ def test_the_null_runs_with_every_other_process_stopped():
             os.kill(pid, signal.SIGKILL)
         for proc in (worker, kept):
             proc.wait()
+
+
+def test_the_gpu_watchdog_acts_only_when_a_long_step_finds_the_gpu_idle_to_the_judge():
+    """GpuWatchdog probes only once a step of the judge's has lasted after_s, and calls on_starved only when
+    a probe did not run; a step begun anew puts it back to sleep."""
+    fired = []
+    dog = harness.GpuWatchdog(lambda limit: False, lambda: fired.append(1), after_s=0.5, period_s=0.02, limit_s=0.05)
+    try:
+        time.sleep(0.2)
+        assert not fired  # the step is younger than after_s: no probe
+        assert _wait_for(lambda: fired, timeout=5)
+    finally:
+        dog.stop()
+    probed, fired = [], []
+    dog = harness.GpuWatchdog(lambda limit: probed.append(1) or True, lambda: fired.append(1), after_s=0.0,
+                              period_s=0.02, limit_s=0.05)
+    try:
+        assert _wait_for(lambda: len(probed) >= 3, timeout=5) and not fired
+    finally:
+        dog.stop()
+
+
+def test_workers_killed_for_the_gpu_say_why():
+    """kill_workers_for_the_gpu kills every process the judge started, and their deaths report the reason."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        harness.kill_workers_for_the_gpu()
+        assert child.wait(timeout=10) == -signal.SIGKILL
+        worker = harness.WorkerProcess.__new__(harness.WorkerProcess)
+        assert "ran none of the judge's work" in worker._death("died")
+    finally:
+        harness.WorkerProcess.killed_because = ""
+        if child.poll() is None:
+            child.kill()
 
 
 def test_input_layout_round_trip_preserves_values_and_strides():
