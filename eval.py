@@ -1074,7 +1074,7 @@ class Sandbox:
     submission as submission.py, its home, temp and compile-cache folders, and the CPU regions. The
     worker's environment holds none of the runner's POPCORN_* variables."""
 
-    def __init__(self, problem: Path, submission: Path, under_ncu: bool = False, other: Path | None = None):
+    def __init__(self, problem: Path, submission: Path | None, under_ncu: bool = False, other: Path | None = None):
         self.under_ncu = under_ncu
         self.dir = Path(tempfile.mkdtemp(prefix="eval-sandbox-"))
         for f in problem.glob("*.py"):
@@ -1082,7 +1082,8 @@ class Sandbox:
         if not (self.dir / "utils.py").exists():
             shutil.copy2(ROOT / "utils.py", self.dir / "utils.py")
         shutil.copy2(Path(__file__).resolve(), self.dir / "eval.py")
-        shutil.copy2(submission, self.dir / "submission.py")
+        if submission is not None:
+            shutil.copy2(submission, self.dir / "submission.py")
         if other is not None:  # compare mode's B, run by the worker of role "other"
             shutil.copy2(other, self.dir / OTHER_SUBMISSION)
         env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN")}
@@ -1350,9 +1351,13 @@ class Judge:
                  other: Path | None = None):
         self.report = report
         self.sandbox = Sandbox(problem, submission, under_ncu, other)
+        # The null submission runs from a sandbox of its own, which the submission's worker (Landlock: writes
+        # only under its own sandbox) cannot rewrite: a null restarted from a rewritten eval.py could be made
+        # slow, and the baseline that reported times are checked against with it.
+        self.null_sandbox = Sandbox(problem, None) if timed else None
         # The workers import torch while the judge does (they set themselves up unprompted).
         self.worker = WorkerProcess(self.sandbox, "submission", report)
-        self.null = WorkerProcess(self.sandbox, "null", report) if timed else None
+        self.null = WorkerProcess(self.null_sandbox, "null", report) if timed else None
         self.other = WorkerProcess(self.sandbox, "other", report) if other is not None else None
         for w in self.workers:
             w.spawn()
@@ -1437,7 +1442,9 @@ class Judge:
             self.watchdog.stop()
         self.stop_workers()
         kill_descendants(keep=set())
-        self.sandbox.remove()
+        for sandbox in (self.sandbox, self.null_sandbox):
+            if sandbox is not None:
+                sandbox.remove()
 
     # -- inputs ------------------------------------------------------------------------------
     def prepare(self, data, form_too: bool) -> Prepared:
@@ -1468,13 +1475,13 @@ class Judge:
             if worker.arena is not None:
                 worker.arena.replaced()
             self.regions += 1
-            worker.arena = SharedRegion(arena_bytes * 5 // 4 + 4096, self.cuda, self.driver, self.sandbox.dir,
+            worker.arena = SharedRegion(arena_bytes * 5 // 4 + 4096, self.cuda, self.driver, worker.sandbox.dir,
                                         f"arena{self.regions}")
         if worker.result is None or worker.result.nbytes != max(result_bytes, 1):
             if worker.result is not None:
                 worker.result.replaced()
             self.regions += 1
-            worker.result = SharedRegion(result_bytes, self.cuda, self.driver, self.sandbox.dir,
+            worker.result = SharedRegion(result_bytes, self.cuda, self.driver, worker.sandbox.dir,
                                          f"result{self.regions}")
 
     def _map(self, worker: WorkerProcess, prep: Prepared, deadline: float) -> None:

@@ -413,6 +413,17 @@ def test_the_judge_cannot_be_signalled_or_traced(problem, one_case):
         _assert_no_forged_results(lines, out)
 
 
+def test_the_null_submissions_files_are_out_of_reach(problem, one_case):
+    """The null worker runs from a sandbox of its own, which the submission's worker cannot rewrite where the
+    worker is Landlock-confined."""
+    code, out, err, _, _ = run_eval(problem, "benchmark", submission="rewrites_the_nulls_files", extra=[one_case])
+    assert code == 0, out + err
+    found = re.search(r"rewrote (\d+) of (\d+) other sandboxes", out)
+    assert found and int(found.group(2)) >= 1, out  # the null's sandbox is there, beside the worker's
+    if "Landlock ABI" in out:
+        assert found.group(1) == "0", out
+
+
 def test_the_submission_runs_at_the_lowest_priority_for_good(problem, one_case):
     """Work a submission starts between its calls (burning every core while the null submission is
     timed, to inflate the baseline its own times are checked against) runs at nice 19, under the judge."""
