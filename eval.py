@@ -45,6 +45,7 @@ import base64
 import contextlib
 import ctypes
 import dataclasses
+import fcntl
 import functools
 import gc
 import inspect
@@ -650,8 +651,10 @@ class SharedRegion:
     """Judge-owned memory that workers map: the arena (the worker's copy of the inputs) or the result
     (where the worker copies the output's bytes). On a GPU, a raw driver allocation shared by IPC handle
     and never returned to torch's caching allocator, so that a worker's mapping can never come to alias
-    the judge's own tensors; regions live until the judge exits. On the CPU, a file in the sandbox,
-    removed when a larger region replaces it (its memory goes once neither process maps it)."""
+    the judge's own tensors; regions live until the judge exits. On the CPU, a memfd handed to the
+    worker over its socket and sealed against shrinking (a worker that could truncate it would make the
+    judge's next access to it a SIGBUS), closed when a larger region replaces it (its memory goes once
+    neither process maps it); where there is no memfd, a file in the sandbox."""
 
     def __init__(self, nbytes: int, cuda: bool, driver, directory: Path, name: str):
         import torch
@@ -662,6 +665,13 @@ class SharedRegion:
             self.tensor = torch.as_tensor(_CudaArray(ptr, self.nbytes))
             self.tensor.zero_()  # a fresh allocation may hold what the judge's context freed before
             self.handle = ("cuda", driver.ipc_handle(ptr), self.nbytes)
+        elif hasattr(os, "memfd_create"):
+            self.fd = os.memfd_create(name, os.MFD_ALLOW_SEALING)
+            os.ftruncate(self.fd, self.nbytes)
+            fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            self._map = mmap.mmap(self.fd, self.nbytes)
+            self.tensor = torch.frombuffer(self._map, dtype=torch.uint8)
+            self.handle = ("memfd", name, self.nbytes)
         else:
             path = directory / name
             with open(path, "wb") as f:
@@ -673,17 +683,23 @@ class SharedRegion:
             self._path = path
 
     def replaced(self) -> None:
-        if not self.cuda:
+        if self.handle[0] == "memfd":
+            os.close(self.fd)
+        elif self.handle[0] == "file":
             self._path.unlink(missing_ok=True)
 
 
-def open_region(handle, driver, sandbox: Path):
-    """The worker's view of a SharedRegion: (uint8 tensor, object that keeps the mapping alive)."""
+def open_region(handle, driver, sandbox: Path, fd: int | None = None):
+    """The worker's view of a SharedRegion: (uint8 tensor, object that keeps the mapping alive). fd: the
+    memfd of a "memfd" region, received over the socket."""
     import torch
 
     kind, ref, nbytes = handle
     if kind == "cuda":
         return torch.as_tensor(_CudaArray(driver.ipc_open(ref), nbytes)), None
+    if kind == "memfd":
+        m = mmap.mmap(fd, nbytes)
+        return torch.frombuffer(m, dtype=torch.uint8), m
     f = open(sandbox / ref, "r+b")
     m = mmap.mmap(f.fileno(), nbytes)
     return torch.frombuffer(m, dtype=torch.uint8), (f, m)
@@ -869,11 +885,16 @@ class WorkerSession:
         self.send(kind="event")
 
     def op_map(self, arena, result, layout, form):
+        memfds = [h for h in (arena, result) if h[0] == "memfd"]
+        fds = socket.recv_fds(self.sock, 1, len(memfds))[1] if memfds else []  # sent right after this message
         self.data = self.result = None  # the views of regions the judge has replaced go with them
         self.regions = {h: r for h, r in self.regions.items() if h in (arena, result)}
         for handle in (arena, result):
             if handle not in self.regions:
-                self.regions[handle] = open_region(handle, self.driver, self.sandbox)
+                fd = fds[memfds.index(handle)] if handle in memfds else None
+                self.regions[handle] = open_region(handle, self.driver, self.sandbox, fd)
+        for fd in fds:
+            os.close(fd)
         structure, specs = layout
         views = [arena_view(self.regions[arena][0], spec) for spec in specs]
         self.data = build_input(structure, views)
@@ -1179,6 +1200,14 @@ class WorkerProcess:
             send_frame(self.sock, pickle.dumps(msg))
         except OSError as e:
             raise CaseFailure(self._death(f"could not be reached ({e})")) from None
+
+    def send_fds(self, fds: list[int]) -> None:
+        """Descriptors for the worker (SCM_RIGHTS), right after the message that says what they are."""
+        if fds:
+            try:
+                socket.send_fds(self.sock, [b"\0"], fds)
+            except OSError as e:
+                raise CaseFailure(self._death(f"could not be reached ({e})")) from None
 
     def receive(self, kind: str, deadline: float, or_none: bool = False, poll: bool = False) -> dict | None:
         """The next message, which must be of `kind`; an error message or a dead worker fails the case.
@@ -1490,6 +1519,7 @@ class Judge:
         if worker.mapped != key:
             worker.send(op="map", arena=worker.arena.handle, result=worker.result.handle,
                         layout=(prep.layout.structure, prep.layout.specs), form=self.form[:3])
+            worker.send_fds([r.fd for r in (worker.arena, worker.result) if r.handle[0] == "memfd"])
             worker.receive("mapped", deadline)
             worker.mapped = key
 

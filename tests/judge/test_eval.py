@@ -424,6 +424,14 @@ def test_the_null_submissions_files_are_out_of_reach(problem, one_case):
         assert found.group(1) == "0", out
 
 
+@pytest.mark.parametrize("mode", ["test", "benchmark"])
+def test_shared_memory_truncated_by_the_submission_cannot_take_the_judge_down(problem, mode):
+    """The regions the worker maps cannot be shrunk under the judge (sealed memfds on the CPU, IPC memory
+    on a GPU): the run goes on to its report."""
+    code, out, err, log, _ = run_eval(problem, mode, submission="truncates_the_shared_memory", popcorn=True)
+    assert code == 0 and log.get("check") == "pass", out + err
+
+
 def test_the_submission_runs_at_the_lowest_priority_for_good(problem, one_case):
     """Work a submission starts between its calls (burning every core while the null submission is
     timed, to inflate the baseline its own times are checked against) runs at nice 19, under the judge."""
