@@ -1030,6 +1030,18 @@ class CaseFailure(Exception):
     """The case could not produce a result: exception, crash or timeout in the worker."""
 
 
+def failure_text(e: Exception) -> str:
+    """Why a case failed: a CaseFailure's own words. Any other exception is the judge's own work on the case
+    failing (on a GPU most often for memory that the submission's processes hold), said so, not as a
+    traceback that ends the run."""
+    if isinstance(e, CaseFailure):
+        return str(e)
+    text = f"the judge's own work on this case failed: {type(e).__name__}: {_first_line(str(e))}"
+    if isinstance(e, MemoryError) or "out of memory" in str(e).lower():
+        text += " (the machine's or the GPU's memory: the submission's processes may be holding it)"
+    return text
+
+
 class CaseSkipped(Exception):
     """The case cannot run on this machine (its inputs would not fit in its memory): skipped, not failed."""
 
@@ -1851,8 +1863,8 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
             skipped += 1
             report.skipped(f"test.{i}", case, str(e), f"[SKIP] test {i}: {case.spec}\n       {e}")
             continue
-        except CaseFailure as e:
-            good, message = False, str(e)
+        except Exception as e:
+            good, message = False, failure_text(e)
             judge.worker.stop()
         finally:
             judge.release_memory()  # the case's input is gone before the next one is weighed and made
@@ -1888,8 +1900,8 @@ def benchmark_case(judge: Judge, case: TestCase, clock: "RunClock", cases_left: 
         result.error = _time_case(judge, case, clock, share_s, ranked, result)
     except CaseSkipped as e:
         result.skipped = str(e)
-    except CaseFailure as e:
-        result.error = str(e)
+    except Exception as e:
+        result.error = failure_text(e)
     return result
 
 
@@ -2054,13 +2066,14 @@ def run_profiles(report: Report, judge: Judge, cases: list[TestCase], clock: "Ru
         except CaseSkipped as e:
             report.skipped(f"benchmark.{i}", case, str(e), f"profile {i}: {case.spec}: SKIP\n{e}")
             continue
-        except CaseFailure as e:
+        except Exception as e:
             ok = False
             judge.worker.stop()
+            why = failure_text(e)
             report.log(f"benchmark.{i}.status", "fail")
-            report.log(f"benchmark.{i}.error", _first_line(str(e)))
-            report.record(spec=case.spec, status="fail", error=str(e))
-            report.say(f"profile {i}: {case.spec}: FAIL\n{e}")
+            report.log(f"benchmark.{i}.error", _first_line(why))
+            report.record(spec=case.spec, status="fail", error=why)
+            report.say(f"profile {i}: {case.spec}: FAIL\n{why}")
             continue
         report.record(spec=case.spec, status="pass", table=table)
         report.log(f"benchmark.{i}.report", base64.b64encode(table.encode(), b"+*").decode())
@@ -2140,8 +2153,8 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
             report.skipped("", case, str(e), f"{i:>2}  {case.spec:52s} SKIP\n      {e}")
             skipped.append(i)
             continue
-        except CaseFailure as e:
-            error, fig = str(e), {}
+        except Exception as e:
+            error, fig = failure_text(e), {}
         judge.release_memory()
         report.record(spec=case.spec, status="fail" if error else "pass", error=error, stats=fig)
         if error:

@@ -432,6 +432,25 @@ def test_shared_memory_truncated_by_the_submission_cannot_take_the_judge_down(pr
     assert code == 0 and log.get("check") == "pass", out + err
 
 
+def test_the_judges_own_work_failing_fails_the_case_not_the_run(tmp_path):
+    """An exception in the judge's own work on a case (here its input runs out of memory, as on a GPU whose
+    memory the submission's processes hold) fails that case, saying so; the run goes on to its report."""
+    for name in ("reference.py", "task.py"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    with open(tmp_path / "reference.py", "a") as f:
+        f.write("\n_generate = generate_input\n\n\ndef generate_input(**args):\n    if args['seed'] == 12:\n"
+                "        raise MemoryError('simulated')\n    return _generate(**args)\n")
+    cases = "\n".join(f"  - {c}" for c in SMALL_CASES)
+    (tmp_path / "task.yml").write_text(f"test_timeout: 60\nbenchmark_timeout: 60\nranked_timeout: 60\n"
+                                       f"tests:\n{cases}\nbenchmarks:\n{cases}\n")
+    shutil.copy(SUBMISSIONS / "honest_bf16.py", tmp_path / "honest_bf16.py")
+    code, out, err, log, _ = run_eval(tmp_path, "test", popcorn=True)
+    assert code == 112 and log["check"] == "fail", out + err
+    assert log["test.0.status"] == "pass" and log["test.1.status"] == "fail", out + err
+    assert log["test.1.error"].startswith("the judge's own work on this case failed: MemoryError"), out + err
+    assert "Traceback" not in err, err
+
+
 def test_the_submission_runs_at_the_lowest_priority_for_good(problem, one_case):
     """Work a submission starts between its calls (burning every core while the null submission is
     timed, to inflate the baseline its own times are checked against) runs at nice 19, under the judge."""
@@ -543,6 +562,12 @@ def test_a_stream_left_blocked_by_a_child_process_neither_hangs_the_judge_nor_pa
         assert "ran none of the judge's work" in log["benchmark.0.error"], out + err
     else:
         assert code == 0 and float(log["benchmark.0.mean"]) >= 0.85 * 0.2e6, out + err
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+def test_a_submission_holding_the_gpus_memory_cannot_take_the_judge_down(problem):
+    code, out, err, log, _ = run_eval(problem, "benchmark", submission="holds_the_gpu_memory", popcorn=True)
+    assert code in (0, 112) and "check" in log and "Traceback" not in err, out + err
 
 
 # ---------------------------------------------------------------------------------------------
