@@ -666,7 +666,7 @@ class SharedRegion:
             self.tensor.zero_()  # a fresh allocation may hold what the judge's context freed before
             self.handle = ("cuda", driver.ipc_handle(ptr), self.nbytes)
         elif hasattr(os, "memfd_create"):
-            self.fd = os.memfd_create(name, os.MFD_ALLOW_SEALING)
+            self.fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(self.fd, self.nbytes)
             fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self._map = mmap.mmap(self.fd, self.nbytes)
