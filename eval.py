@@ -1350,9 +1350,14 @@ class GpuWatchdog:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.period_s):
-            if time.monotonic() - self.step_started >= self.after_s and not self.probe(self.limit_s):
-                if not self._stop.is_set():
-                    self.on_starved()
+            if time.monotonic() - self.step_started < self.after_s:
+                continue
+            try:
+                ran = self.probe(self.limit_s)
+            except Exception:  # a probe that cannot be made says nothing about the submission: stop watching
+                return
+            if not ran and not self._stop.is_set():
+                self.on_starved()
 
 
 def gpu_probe(torch):

@@ -681,6 +681,10 @@ def test_the_gpu_watchdog_acts_only_when_a_long_step_finds_the_gpu_idle_to_the_j
         assert _wait_for(lambda: len(probed) >= 3, timeout=5) and not fired
     finally:
         dog.stop()
+    dog = harness.GpuWatchdog(lambda limit: 1 / 0, lambda: fired.append(1), after_s=0.0, period_s=0.02)
+    time.sleep(0.2)
+    dog.stop()
+    assert not fired  # a probe that raises kills nothing
 
 
 def test_workers_killed_for_the_gpu_say_why():
