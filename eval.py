@@ -42,7 +42,6 @@ on (leaderboard mode stops at the first failed case).
 """
 import argparse
 import base64
-import contextlib
 import ctypes
 import dataclasses
 import fcntl
@@ -443,26 +442,68 @@ def _descendants(keep: set[int]) -> list[int]:
     return found
 
 
-@contextlib.contextmanager
-def descendants_stopped(keep: set[int]):
-    """SIGSTOP every descendant of this process except the subtrees rooted at `keep` (passes until no
-    new one appears: a stopped process cannot fork), and SIGCONT them afterwards."""
-    stopped: set[int] = set()
+def _thread_states_and_cpu(pid: int) -> tuple[set[str], tuple[int, int]] | None:
+    """The states of a process's threads and the CPU time they have had (ns from schedstat, where the
+    kernel keeps it, and clock ticks), or None once it is gone."""
+    states, ns, ticks = set(), 0, 0
     try:
-        if Path("/proc/self/stat").exists():
-            for _ in range(200):
-                new = [pid for pid in _descendants(keep) if pid not in stopped]
-                if not new:
-                    break
-                for pid in new:
-                    try:
-                        os.kill(pid, signal.SIGSTOP)
-                        stopped.add(pid)
-                    except OSError:
-                        pass
-        yield
-    finally:
-        for pid in stopped:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2:].split()
+            states.add(fields[0])
+            ticks += int(fields[11]) + int(fields[12])  # utime + stime
+            try:
+                ns += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass
+    except (OSError, ValueError, IndexError):
+        return None
+    return states, (ns, ticks)
+
+
+class DescendantsStopped:
+    """Context manager: SIGSTOP every descendant of this process except the subtrees rooted at `keep`, until
+    every thread of every one of them shows as stopped (passes: a stopped process cannot fork; a sibling
+    that was still running may have sent one SIGCONT), and SIGCONT them afterwards. ran(): those that have
+    had CPU time since (something resumed them), whose work the judge cannot rule out."""
+
+    def __init__(self, keep: set[int]):
+        self.keep, self.cpu = keep, {}
+
+    def __enter__(self) -> "DescendantsStopped":
+        if not Path("/proc/self/stat").exists():
+            return self
+        for _ in range(400):
+            for pid in _descendants(self.keep):
+                self.cpu.setdefault(pid, None)
+            running = []
+            for pid in self.cpu:
+                seen = _thread_states_and_cpu(pid)
+                if seen is not None and not seen[0] <= {"T", "t", "Z", "X"}:
+                    running.append(pid)
+            if not running:
+                break
+            for pid in running:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except OSError:
+                    pass
+            time.sleep(0.002)
+        for pid in self.cpu:
+            seen = _thread_states_and_cpu(pid)
+            self.cpu[pid] = seen[1] if seen is not None else None
+        return self
+
+    def ran(self) -> list[int]:
+        out = []
+        for pid, before in self.cpu.items():
+            seen = _thread_states_and_cpu(pid)
+            if seen is not None and before is not None and (seen[1][0] > before[0] or seen[1][1] > before[1]):
+                out.append(pid)
+        return out
+
+    def __exit__(self, *exc) -> None:
+        for pid in self.cpu:
             try:
                 os.kill(pid, signal.SIGCONT)
             except OSError:
@@ -889,12 +930,14 @@ class WorkerSession:
         fds = socket.recv_fds(self.sock, 1, len(memfds))[1] if memfds else []  # sent right after this message
         self.data = self.result = None  # the views of regions the judge has replaced go with them
         self.regions = {h: r for h, r in self.regions.items() if h in (arena, result)}
-        for handle in (arena, result):
-            if handle not in self.regions:
-                fd = fds[memfds.index(handle)] if handle in memfds else None
-                self.regions[handle] = open_region(handle, self.driver, self.sandbox, fd)
-        for fd in fds:
-            os.close(fd)
+        try:
+            for handle in (arena, result):
+                if handle not in self.regions:
+                    fd = fds[memfds.index(handle)] if handle in memfds else None
+                    self.regions[handle] = open_region(handle, self.driver, self.sandbox, fd)
+        finally:
+            for fd in fds:
+                os.close(fd)
         structure, specs = layout
         views = [arena_view(self.regions[arena][0], spec) for spec in specs]
         self.data = build_input(structure, views)
@@ -1038,7 +1081,8 @@ def failure_text(e: Exception) -> str:
         return str(e)
     text = f"the judge's own work on this case failed: {type(e).__name__}: {_first_line(str(e))}"
     if isinstance(e, MemoryError) or "out of memory" in str(e).lower():
-        text += " (the machine's or the GPU's memory: the submission's processes may be holding it)"
+        return text + " (the machine's or the GPU's memory: the submission's processes may be holding it)"
+    traceback.print_exception(e, file=sys.stderr)  # not the submission's doing, as far as the judge can tell
     return text
 
 
@@ -1318,18 +1362,19 @@ class TimedCall:
 
 # The judge's GPU watchdog. On the H200 a CUDA context with a stream left waiting on a value that never
 # comes (cuStreamWaitValue32) kept every other context's work off the GPU: a submission could leave one
-# behind in a process of its own and hang the judge inside its next GPU call. Once a step of the judge
+# behind in a process of its own and hang the judge inside its next GPU call (time slicing otherwise runs a
+# context's kernel within milliseconds, whatever the others do). Once a step of the judge
 # (a message to a worker, an input, a check) has lasted WATCHDOG_AFTER_S, a thread of the judge's checks
 # every WATCHDOG_PERIOD_S that the GPU still runs a small kernel of the judge's; if one does not run
 # within WATCHDOG_LIMIT_S, it kills every process the judge started (their contexts, and what they left
 # on the GPU, go with them) and the case fails saying why. Not under ncu, which holds the GPU while it
 # replays a kernel.
-WATCHDOG_AFTER_S, WATCHDOG_PERIOD_S, WATCHDOG_LIMIT_S = 5.0, 1.0, 20.0
+WATCHDOG_AFTER_S, WATCHDOG_PERIOD_S, WATCHDOG_LIMIT_S = 2.0, 1.0, 5.0
 
 
 class GpuWatchdog:
-    """probe(limit_s): whether the GPU ran a kernel of the judge's within limit_s; on_starved(): what is done
-    when it did not."""
+    """probe(limit_s, stop): whether the GPU ran a kernel of the judge's within limit_s (or stop, a
+    threading.Event, was set first); on_starved(): what is done when it did not."""
 
     def __init__(self, probe, on_starved, after_s: float = WATCHDOG_AFTER_S, period_s: float = WATCHDOG_PERIOD_S,
                  limit_s: float = WATCHDOG_LIMIT_S):
@@ -1346,26 +1391,27 @@ class GpuWatchdog:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=self.limit_s + 5)
+        self._thread.join(timeout=2)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.period_s):
             if time.monotonic() - self.step_started < self.after_s:
                 continue
             try:
-                ran = self.probe(self.limit_s)
-            except Exception:  # a probe that cannot be made says nothing about the submission: stop watching
-                return
+                ran = self.probe(self.limit_s, self._stop)
+            except Exception:  # a probe that cannot be made (memory, say) says nothing: try again later
+                continue
             if not ran and not self._stop.is_set():
                 self.on_starved()
 
 
 def gpu_probe(torch):
-    """A probe for GpuWatchdog: one small kernel on a stream of its own, polled, never waited on."""
+    """A probe for GpuWatchdog: one small kernel on a stream of its own, polled, never waited on. Made once
+    here, so that its kernel is loaded before any submission can hold the GPU's memory."""
     stream = torch.cuda.Stream()
     word = torch.zeros(1, dtype=torch.int32, device="cuda")
 
-    def probe(limit_s: float) -> bool:
+    def probe(limit_s: float, stop: threading.Event) -> bool:
         done = torch.cuda.Event()
         with torch.cuda.stream(stream):
             word.add_(1)
@@ -1374,8 +1420,10 @@ def gpu_probe(torch):
         while not done.query():
             if time.monotonic() > give_up:
                 return False
-            time.sleep(0.01)
+            if stop.wait(0.01):
+                return True
         return True
+    probe(60.0, threading.Event())
     return probe
 
 
@@ -1484,9 +1532,9 @@ class Judge:
             self.watchdog.step()
 
     def close(self) -> None:
+        self.stop_workers()  # first: what a worker left on the GPU goes with it, and a probe in flight ends
         if self.watchdog is not None:
             self.watchdog.stop()
-        self.stop_workers()
         kill_descendants(keep=set())
         for sandbox in (self.sandbox, self.null_sandbox):
             if sandbox is not None:
@@ -1683,10 +1731,15 @@ class Judge:
         So GPU work the submission leaves behind between its calls cannot slow the null's calls and inflate
         the baseline its reported times are checked against."""
         self._step()
-        with descendants_stopped(keep={self.null.proc.pid}):
+        with DescendantsStopped(keep={self.null.proc.pid}) as stopped:
             if self.cuda:
                 self._wait_until_quiet(deadline)
-            return self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
+            call = self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
+            if stopped.ran():
+                raise CaseFailure("a process of the submission's ran while the judge had stopped it for a call of the "
+                                  "null submission (something sent it SIGCONT): the baseline its times are checked "
+                                  "against cannot be trusted")
+            return call
 
     def _wait_until_quiet(self, deadline: float) -> None:
         give_up = min(deadline, time.monotonic() + QUIET_WAIT_S)
@@ -1695,8 +1748,12 @@ class Judge:
             self.driver.launch(self.quiet_fn, 1, 1, stream, [ctypes.c_uint64(self.quiet_gap.data_ptr()),
                                                             ctypes.c_uint64(QUIET_PROBE_NS)])
             gap = int(self.quiet_gap.item())
+            if WorkerProcess.killed_because:  # the GPU stopped running the judge's work altogether
+                raise CaseFailure(WorkerProcess.killed_because)
             if gap <= QUIET_GAP_NS:
                 return
+            if time.monotonic() > deadline:
+                raise CaseFailure("timed out (the time limit from task.yml)")
             if time.monotonic() > give_up:
                 raise CaseFailure(
                     f"the GPU did not fall quiet between calls: with the submission's processes stopped, other "

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import types
+import unittest.mock
 import time
 from pathlib import Path
 
@@ -652,9 +653,9 @@ def test_the_null_runs_with_every_other_process_stopped():
     try:
         assert _wait_for(lambda: harness._process_tree().get(worker.pid))
         grandchild = harness._process_tree()[worker.pid][0]
-        with harness.descendants_stopped(keep={kept.pid}):
-            assert _wait_for(lambda: _state(worker.pid) == "T" and _state(grandchild) == "T")
-            assert _state(kept.pid) != "T"
+        with harness.DescendantsStopped(keep={kept.pid}) as stopped:
+            assert _state(worker.pid) == "T" and _state(grandchild) == "T"  # stopped before it returns
+            assert _state(kept.pid) != "T" and stopped.ran() == []
         assert _wait_for(lambda: _state(worker.pid) != "T" and _state(grandchild) != "T")
     finally:
         for pid in harness._descendants(keep=set()):
@@ -667,7 +668,8 @@ def test_the_gpu_watchdog_acts_only_when_a_long_step_finds_the_gpu_idle_to_the_j
     """GpuWatchdog probes only once a step of the judge's has lasted after_s, and calls on_starved only when
     a probe did not run; a step begun anew puts it back to sleep."""
     fired = []
-    dog = harness.GpuWatchdog(lambda limit: False, lambda: fired.append(1), after_s=0.5, period_s=0.02, limit_s=0.05)
+    dog = harness.GpuWatchdog(lambda limit, stop: False, lambda: fired.append(1), after_s=0.5, period_s=0.02,
+                              limit_s=0.05)
     try:
         time.sleep(0.2)
         assert not fired  # the step is younger than after_s: no probe
@@ -675,23 +677,27 @@ def test_the_gpu_watchdog_acts_only_when_a_long_step_finds_the_gpu_idle_to_the_j
     finally:
         dog.stop()
     probed, fired = [], []
-    dog = harness.GpuWatchdog(lambda limit: probed.append(1) or True, lambda: fired.append(1), after_s=0.0,
+    dog = harness.GpuWatchdog(lambda limit, stop: probed.append(1) or True, lambda: fired.append(1), after_s=0.0,
                               period_s=0.02, limit_s=0.05)
     try:
         assert _wait_for(lambda: len(probed) >= 3, timeout=5) and not fired
     finally:
         dog.stop()
-    dog = harness.GpuWatchdog(lambda limit: 1 / 0, lambda: fired.append(1), after_s=0.0, period_s=0.02)
-    time.sleep(0.2)
-    dog.stop()
-    assert not fired  # a probe that raises kills nothing
+    failing = []
+    dog = harness.GpuWatchdog(lambda limit, stop: failing.append(1) or 1 / 0, lambda: fired.append(1), after_s=0.0,
+                              period_s=0.02)
+    try:
+        assert _wait_for(lambda: len(failing) >= 3, timeout=5) and not fired  # kills nothing, keeps watching
+    finally:
+        dog.stop()
 
 
 def test_workers_killed_for_the_gpu_say_why():
     """kill_workers_for_the_gpu kills every process the judge started, and their deaths report the reason."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        harness.kill_workers_for_the_gpu()
+        with unittest.mock.patch.object(harness, "_descendants", lambda keep: [child.pid]):
+            harness.kill_workers_for_the_gpu()
         assert child.wait(timeout=10) == -signal.SIGKILL
         worker = harness.WorkerProcess.__new__(harness.WorkerProcess)
         assert "ran none of the judge's work" in worker._death("died")
@@ -699,6 +705,20 @@ def test_workers_killed_for_the_gpu_say_why():
         harness.WorkerProcess.killed_because = ""
         if child.poll() is None:
             child.kill()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_a_stopped_process_that_is_resumed_is_caught():
+    """A process the judge stopped and something else resumed (a sibling's SIGCONT) shows in ran()."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
+    try:
+        with harness.DescendantsStopped(keep=set()) as stopped:
+            assert spinner.pid in stopped.cpu and stopped.ran() == []
+            os.kill(spinner.pid, signal.SIGCONT)
+            assert _wait_for(lambda: spinner.pid in stopped.ran(), timeout=5)
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def test_input_layout_round_trip_preserves_values_and_strides():
