@@ -408,6 +408,15 @@ def _process_tree() -> dict[int, list[int]]:
     return children
 
 
+def _signal_all(pids, sig: int) -> None:
+    """sig to each of pids; one that is gone already is no error."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
 def kill_descendants(keep: set[int], unreaped: set[int] = frozenset()) -> None:
     """SIGKILL every descendant of this process except the subtrees rooted at `keep`, until none is
     left (a descendant that forks while this runs is found on the next pass); reap those that became
@@ -418,11 +427,7 @@ def kill_descendants(keep: set[int], unreaped: set[int] = frozenset()) -> None:
         found = _descendants(keep)
         if not found:
             return
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        _signal_all(found, signal.SIGKILL)
         for pid in found:
             if pid not in unreaped:
                 try:
@@ -483,11 +488,7 @@ class DescendantsStopped:
                     running.append(pid)
             if not running:
                 break
-            for pid in running:
-                try:
-                    os.kill(pid, signal.SIGSTOP)
-                except OSError:
-                    pass
+            _signal_all(running, signal.SIGSTOP)
             time.sleep(0.002)
         for pid in self.cpu:
             seen = _thread_states_and_cpu(pid)
@@ -503,11 +504,7 @@ class DescendantsStopped:
         return out
 
     def __exit__(self, *exc) -> None:
-        for pid in self.cpu:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except OSError:
-                pass
+        _signal_all(self.cpu, signal.SIGCONT)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1433,11 +1430,7 @@ def kill_workers_for_the_gpu() -> None:
         f"the judge killed the submission's processes: the GPU ran none of the judge's work for "
         f"{WATCHDOG_LIMIT_S:.0f} s (a stream that a process of the submission's left waiting on a value that "
         f"never comes keeps every other process's work off the GPU)")
-    for pid in _descendants(keep=set()):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    _signal_all(_descendants(keep=set()), signal.SIGKILL)
 
 
 class Judge:
