@@ -120,8 +120,8 @@ OTHER_SUBMISSION = "submission_other.py"
 # leaderboard mode on the same machine. Its margin is this many times the ranked modes'.
 COMPARE_MARGIN_FACTOR = 2
 
-# The null submission's calls run on a quiet machine: every other process the judge started (the
-# submission's worker and whatever it started) is stopped (SIGSTOP), and on a GPU the judge first waits
+# On a GPU the null submission's calls run on a quiet machine: every other process the judge started (the
+# submission's worker and whatever it started) is stopped (SIGSTOP), and the judge first waits
 # until a probe of QUIET_PROBE_NS, one thread reading the GPU's clock, runs with no gap over QUIET_GAP_NS
 # in it: another context with work queued, on any engine, takes the GPU from it in time slices (on the
 # H200 a context running kernels or copies left gaps of 0.8 to 2.3 ms in such a probe; an idle one,
@@ -478,22 +478,28 @@ class DescendantsStopped:
     def __enter__(self) -> "DescendantsStopped":
         if not Path("/proc/self/stat").exists():
             return self
-        for _ in range(400):
-            for pid in _descendants(self.keep):
-                self.cpu.setdefault(pid, None)
-            running = []
-            for pid in self.cpu:
-                seen = _thread_states_and_cpu(pid)
-                if seen is not None and not seen[0] <= {"T", "t", "Z", "X"}:
-                    running.append(pid)
-            if not running:
+        give_up = time.monotonic() + 2.0
+        while True:
+            new = [pid for pid in _descendants(self.keep) if pid not in self.cpu]
+            self.cpu.update(dict.fromkeys(new))
+            _signal_all(new, signal.SIGSTOP)
+            while True:  # a signal takes a moment to arrive; one resumed meanwhile is stopped again
+                running = [pid for pid in self.cpu if not self._stopped(pid)]
+                if not running or time.monotonic() > give_up:
+                    break
+                _signal_all(running, signal.SIGSTOP)
+                time.sleep(0.0002)
+            if not new or time.monotonic() > give_up:  # a pass that finds no new process: all are stopped
                 break
-            _signal_all(running, signal.SIGSTOP)
-            time.sleep(0.002)
         for pid in self.cpu:
             seen = _thread_states_and_cpu(pid)
             self.cpu[pid] = seen[1] if seen is not None else None
         return self
+
+    @staticmethod
+    def _stopped(pid: int) -> bool:
+        seen = _thread_states_and_cpu(pid)
+        return seen is None or seen[0] <= {"T", "t", "Z", "X"}
 
     def ran(self) -> list[int]:
         out = []
@@ -1719,14 +1725,15 @@ class Judge:
 
 
     def null_call(self, prep: Prepared, deadline: float, mimic_ns: float, early: bool = False) -> TimedCall:
-        """One call of the null submission (for the protocol's own overhead) on a quiet machine: every
-        other process the judge started is stopped and, on a GPU, nothing else runs on it (QUIET_PROBE_NS).
+        """One call of the null submission (for the protocol's own overhead) on a quiet GPU: every other
+        process the judge started is stopped, and nothing else runs on the GPU (QUIET_PROBE_NS).
         So GPU work the submission leaves behind between its calls cannot slow the null's calls and inflate
         the baseline its reported times are checked against."""
         self._step()
+        if not self.cuda:  # on the CPU, nice 19 keeps what the submission leaves running from crowding the null
+            return self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
         with DescendantsStopped(keep={self.null.proc.pid}) as stopped:
-            if self.cuda:
-                self._wait_until_quiet(deadline)
+            self._wait_until_quiet(deadline)
             call = self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
             if stopped.ran():
                 raise CaseFailure("a process of the submission's ran while the judge had stopped it for a call of the "
