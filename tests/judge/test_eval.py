@@ -426,10 +426,12 @@ def test_the_null_submissions_files_are_out_of_reach(problem, one_case):
 
 
 @pytest.mark.parametrize("mode", ["test", "benchmark"])
-def test_shared_memory_truncated_by_the_submission_cannot_take_the_judge_down(problem, mode):
+def test_shared_memory_truncated_by_the_submission_cannot_take_the_judge_down(problem, one_case, mode):
     """The regions the worker maps cannot be shrunk under the judge (sealed memfds on the CPU, IPC memory
-    on a GPU): the run goes on to its report."""
-    code, out, err, log, _ = run_eval(problem, mode, submission="truncates_the_shared_memory", popcorn=True)
+    on a GPU): the run goes on to its report (test mode: from one case to the next)."""
+    extra = [one_case] if mode == "benchmark" else []
+    code, out, err, log, _ = run_eval(problem, mode, submission="truncates_the_shared_memory", extra=extra,
+                                      popcorn=True)
     assert code == 0 and log.get("check") == "pass", out + err
 
 
