@@ -392,6 +392,12 @@ def _capabilities_effective() -> bool:
     return os.geteuid() == 0
 
 
+def _stat_fields(path: str) -> list[str]:
+    """The fields of a /proc .../stat file after the command name (state first); OSError if it is gone."""
+    stat = Path(path).read_text()
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def _process_tree() -> dict[int, list[int]]:
     """parent pid -> live child pids, from /proc (zombies left out)."""
     children: dict[int, list[int]] = {}
@@ -399,10 +405,9 @@ def _process_tree() -> dict[int, list[int]]:
         if not entry.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
+            fields = _stat_fields(f"/proc/{entry}/stat")
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
         if fields[0] != "Z":
             children.setdefault(int(fields[1]), []).append(int(entry))
     return children
@@ -453,8 +458,7 @@ def _thread_states_and_cpu(pid: int) -> tuple[set[str], tuple[int, int]] | None:
     states, ns, ticks = set(), 0, 0
     try:
         for tid in os.listdir(f"/proc/{pid}/task"):
-            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = _stat_fields(f"/proc/{pid}/task/{tid}/stat")
             states.add(fields[0])
             ticks += int(fields[11]) + int(fields[12])  # utime + stime
             try:
@@ -1254,19 +1258,14 @@ class WorkerProcess:
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def send(self, **msg) -> None:
+    def send(self, fds: list[int] = (), **msg) -> None:
+        """A message; fds: descriptors for the worker (SCM_RIGHTS), sent right after it."""
         try:
             send_frame(self.sock, pickle.dumps(msg))
+            if fds:
+                socket.send_fds(self.sock, [b"\0"], fds)
         except OSError as e:
             raise CaseFailure(self._death(f"could not be reached ({e})")) from None
-
-    def send_fds(self, fds: list[int]) -> None:
-        """Descriptors for the worker (SCM_RIGHTS), right after the message that says what they are."""
-        if fds:
-            try:
-                socket.send_fds(self.sock, [b"\0"], fds)
-            except OSError as e:
-                raise CaseFailure(self._death(f"could not be reached ({e})")) from None
 
     def receive(self, kind: str, deadline: float, or_none: bool = False, poll: bool = False) -> dict | None:
         """The next message, which must be of `kind`; an error message or a dead worker fails the case.
@@ -1562,7 +1561,7 @@ class Judge:
 
     def _fit(self, worker: WorkerProcess, arena_bytes: int, result_bytes: int) -> None:
         """Grows a worker's shared regions as inputs need (on a GPU old ones stay mapped until the judge
-        exits; on the CPU their files go). Each worker has regions of its own, so that nothing the judge
+        exits; on the CPU they are let go). Each worker has regions of its own, so that nothing the judge
         writes for one (inputs, poison) can trigger work another left waiting on the GPU."""
         if worker.arena is None or worker.arena.nbytes < arena_bytes:
             if worker.arena is not None:
@@ -1582,8 +1581,8 @@ class Judge:
         key = (worker.arena.handle, worker.result.handle, prep.layout.structure, prep.layout.specs)
         if worker.mapped != key:
             worker.send(op="map", arena=worker.arena.handle, result=worker.result.handle,
-                        layout=(prep.layout.structure, prep.layout.specs), form=self.form[:3])
-            worker.send_fds([r.fd for r in (worker.arena, worker.result) if r.handle[0] == "memfd"])
+                        layout=(prep.layout.structure, prep.layout.specs), form=self.form[:3],
+                        fds=[r.fd for r in (worker.arena, worker.result) if r.handle[0] == "memfd"])
             worker.receive("mapped", deadline)
             worker.mapped = key
 
@@ -1723,7 +1722,6 @@ class Judge:
         host_ns = float(host_ns) if isinstance(host_ns, (int, float)) and not isinstance(host_ns, bool) else math.nan
         return TimedCall(_reported(done), judge_ns, host_ns, early), (done.get("output"), raw)
 
-
     def null_call(self, prep: Prepared, deadline: float, mimic_ns: float, early: bool = False) -> TimedCall:
         """One call of the null submission (for the protocol's own overhead) on a quiet GPU: every other
         process the judge started is stopped, and nothing else runs on the GPU (QUIET_PROBE_NS).
@@ -1742,7 +1740,7 @@ class Judge:
             return call
 
     def _wait_until_quiet(self, deadline: float) -> None:
-        give_up = min(deadline, time.monotonic() + QUIET_WAIT_S)
+        give_up = time.monotonic() + QUIET_WAIT_S
         stream = self.torch.cuda.current_stream().cuda_stream
         while True:
             self.driver.launch(self.quiet_fn, 1, 1, stream, [ctypes.c_uint64(self.quiet_gap.data_ptr()),

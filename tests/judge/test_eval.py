@@ -435,19 +435,15 @@ def test_shared_memory_truncated_by_the_submission_cannot_take_the_judge_down(pr
     assert code == 0 and log.get("check") == "pass", out + err
 
 
-def test_the_judges_own_work_failing_fails_the_case_not_the_run(tmp_path):
+def test_the_judges_own_work_failing_fails_the_case_not_the_run(problem, tmp_path):
     """An exception in the judge's own work on a case (here its input runs out of memory, as on a GPU whose
     memory the submission's processes hold) fails that case, saying so; the run goes on to its report."""
-    for name in ("reference.py", "task.py"):
-        shutil.copy(ROOT / name, tmp_path / name)
-    with open(tmp_path / "reference.py", "a") as f:
+    d = tmp_path / "p"
+    shutil.copytree(problem, d)
+    with open(d / "reference.py", "a") as f:
         f.write("\n_generate = generate_input\n\n\ndef generate_input(**args):\n    if args['seed'] == 12:\n"
                 "        raise MemoryError('simulated')\n    return _generate(**args)\n")
-    cases = "\n".join(f"  - {c}" for c in SMALL_CASES)
-    (tmp_path / "task.yml").write_text(f"test_timeout: 60\nbenchmark_timeout: 60\nranked_timeout: 60\n"
-                                       f"tests:\n{cases}\nbenchmarks:\n{cases}\n")
-    shutil.copy(SUBMISSIONS / "honest_bf16.py", tmp_path / "honest_bf16.py")
-    code, out, err, log, _ = run_eval(tmp_path, "test", popcorn=True)
+    code, out, err, log, _ = run_eval(d, "test", popcorn=True)
     assert code == 112 and log["check"] == "fail", out + err
     assert log["test.0.status"] == "pass" and log["test.1.status"] == "fail", out + err
     assert log["test.1.error"].startswith("the judge's own work on this case failed: MemoryError"), out + err
@@ -632,8 +628,7 @@ def test_a_rare_call_stalled_on_the_host_is_left_out_of_the_ranking():
 
 
 def _state(pid: int) -> str:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat[stat.rindex(")") + 2]
+    return harness._stat_fields(f"/proc/{pid}/stat")[0]
 
 
 def _wait_for(predicate, timeout=10.0) -> bool:
