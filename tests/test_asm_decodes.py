@@ -194,16 +194,16 @@ def _e5m2_bits(x: float) -> int:
 def _fold(asm, w, n, g, other=0):
     """Run the paged kernel's _FOLD_ASM on packed word w of scale group g, whose n is n (the other
     groups' bytes of the n word set to `other`): (low-nibble bytes, high-nibble bytes)."""
-    n_word = sum((n if i == g else other) << (8 * i) for i in range(4))
-    out = run_ptx(asm, {"$2": w, "$3": n_word, "$7": g * 0x01010101})
+    n_word = sum((n if i == g else other) << (8 * i + 2) for i in range(4))
+    out = run_ptx(asm, {"$2": w, "$3": n_word, "$7": g * 0x11 * 0x01010101})
     return [(out["$0"] >> 8 * i) & 0xFF for i in range(4)], [(out["$1"] >> 8 * i) & 0xFF for i in range(4)]
 
 
 @pytest.mark.parametrize("n", range(16))
 def test_paged_fold_decode_is_exact(n):
     """The Gluon fp4 kernel's _FOLD_ASM: E2M1 x 2^(2 - n) as e5m2, exact for every code and n <= 15,
-    n taken from byte g of the n word for group g, bytes in the K order it documents (low nibbles of
-    bytes [0, 2, 1, 3], i.e. elements 0, 4, 2, 6, then the high nibbles)."""
+    n taken from byte g of the n word for group g: byte j of the first output is packed byte j's low
+    nibble (element 2j), of the second its high nibble (element 2j + 1)."""
     asm = _paged()._FOLD_ASM.value
     rng = np.random.default_rng(n)
     words = [int.from_bytes(bytes(range(i, i + 4)), "little") for i in range(0, 256, 4)]  # every byte
@@ -212,14 +212,15 @@ def test_paged_fold_decode_is_exact(n):
         for w in words:
             b = w.to_bytes(4, "little")
             want = [[_e5m2_bits((-1) ** (x >> 3 & 1) * E2M1[x & 7] * 2.0 ** (2 - n)) for x in nib]
-                    for nib in ([b[i] & 15 for i in (0, 2, 1, 3)], [b[i] >> 4 for i in (0, 2, 1, 3)])]
+                    for nib in ([b[i] & 15 for i in range(4)], [b[i] >> 4 for i in range(4)])]
             assert list(_fold(asm, w, n, g, other=(n + 7) % 16)) == want, f"word {w:#010x}, n={n}, g={g}"
 
 
 def test_fold_emulation_sees_a_wrong_order():
     """The test above can fail: one wrong byte order in the decode is caught."""
-    asm = _paged()._FOLD_ASM.value.replace("0x3120", "0x3210", 1)
-    assert _fold(asm, 0x00000800, 0, 0)[0] != [0, 0, 0x80, 0]  # -0 in byte 1's low nibble: element 2
+    asm = _paged()._FOLD_ASM.value.replace("0x6420", "0x6240", 1)
+    right = _fold(_paged()._FOLD_ASM.value, 0x00000100, 0, 0)[0]  # 0.5 in byte 1's low nibble: element 2
+    assert right == [0, _e5m2_bits(2.0), 0, 0] and _fold(asm, 0x00000100, 0, 0)[0] != right
 
 
 def _mla():

@@ -127,6 +127,22 @@ def registers_of(cubin_path: str) -> str:
     return found.group(1) if found else "?"
 
 
+def mma_loop(sass: str) -> list:
+    """The instructions (opcode and operands) of the loop around a kernel's MMAs: from the target of the
+    first backward branch after the last HGMMA/QGMMA/HMMA that jumps back before the first one, to that
+    branch. What one iteration (one page, one key block) costs a thread."""
+    listing = [(int(m.group(1), 16), m.group(2).strip())
+               for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    mma = [a for a, text in listing if re.search(r"\b(HGMMA|QGMMA|HMMA)\b", text)]
+    if not mma:
+        return []
+    for a, text in listing:
+        back = re.search(r"\bBRA (?:!?U?P\w+, )?0x([0-9a-f]+)", text)
+        if back and a > mma[-1] and int(back.group(1), 16) <= mma[0]:
+            return [text for b, text in listing if int(back.group(1), 16) <= b <= a]
+    return []
+
+
 def opcode_counts(sass: str):
     """Instructions of a SASS listing by opcode (predicates and modifiers stripped: `@P0 LOP3.LUT` is LOP3)."""
     return collections.Counter(m.group(1).split(".")[0]

@@ -1,9 +1,11 @@
-"""Compile the paged kernel for sm_90 on a CPU machine and count its SASS (registers, spills, shared
-memory, instruction mix), to check a variant before spending GPU time.
+"""Compile a paged kernel for sm_90 on a CPU machine and count its SASS (registers, shared memory,
+instruction mix, and the instructions of one page-loop iteration), to check a variant before spending
+GPU time.
 
     python problems/paged_mqa_logits/sass_offline.py FMT CHUNK STAGES WARPS [NEXT_N]    e.g. fp4 8 3 4
 
-KV_TMA=0 in the environment builds the plain-load key variant. The cubin, SASS, TTGIR and PTX are
+FMT fp8 / fp4 builds the Triton kernel on that pair (KV_TMA=0 in the environment: the plain-load key
+variant), fp4w the Gluon kernel (WARPS is then 4: one warpgroup). The cubin, SASS, TTGIR and PTX are
 written to /tmp.
 """
 import os
@@ -16,15 +18,15 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 import submission as S  # noqa: E402
-from problem_loader import opcode_counts, registers_of, sass_of  # noqa: E402
+from problem_loader import mma_loop, opcode_counts, registers_of, sass_of  # noqa: E402
 
 WATCH = ("UTMALDG", "QGMMA", "HGMMA", "HMMA", "LDS", "STS", "LDSM", "LDL", "STL", "LOP3", "PRMT", "SHF",
          "FMUL", "FFMA", "FMNMX", "SHFL", "BAR", "SYNCS")
+ALIGNED = {(i,): [["tt.divisibility", 16]] for i in range(2, 11)}
 
 
-def main():
-    fmt, chunk, stages, warps = sys.argv[1], *map(int, sys.argv[2:5])
-    next_n = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+def compile_triton(fmt, chunk, stages, warps, next_n=1):
+    """_paged_mqa_logits_kernel on the fmt pair ("fp8" / "fp4") for sm_90."""
     qn = next_n * S.H
     rb = S.ROW_BYTES[fmt]
     elt = "fp8e4nv" if fmt == "fp8" else "u8"
@@ -43,9 +45,32 @@ def main():
         del constexprs["q_desc"]
     for k in constexprs:
         signature.setdefault(k, "constexpr")
-    aligned = {(i,): [["tt.divisibility", 16]] for i in range(3, 11)}
+    aligned = {k: v for k, v in ALIGNED.items() if k[0] >= 3}
     src = ASTSource(S._paged_mqa_logits_kernel, signature, constexprs, aligned)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+
+
+def compile_fp4w(chunk=8, stages=3, next_n=1):
+    """_fp4_wgmma_kernel (plan format fp4w) for sm_90: one warpgroup."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+    gl = S.gl
+    k_layout = gl.NVMMASharedLayout.get_default_for([S.BLOCK, 64], gl.uint8)
+    w_layout = gl.NVMMASharedLayout.get_default_for([S.BLOCK], gl.int32)
+    signature = {"k_desc": f"tensordesc<u8[{S.BLOCK}, 64],{k_layout!r}>",
+                 "w_desc": f"tensordesc<i32[{S.BLOCK}],{w_layout!r}>",
+                 "q_ptr": "*u8", "q_scale_ptr": "*i32", "kv_ptr": "*u8", "kv_word_ptr": "*i32", "w_ptr": "*fp32",
+                 "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32", "bt_stride": "i32", "out_stride": "i32",
+                 "max_model_len": "i32"}
+    constexprs = {"NEXT_N": next_n, "H": S.H, "BLOCK": S.BLOCK, "CHUNK": chunk, "NUM_STAGES": stages}
+    signature.update({k: "constexpr" for k in constexprs})
+    src = GluonASTSource(S._fp4_wgmma_kernel, signature, constexprs, ALIGNED)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+def main():
+    fmt, chunk, stages, warps = sys.argv[1], *map(int, sys.argv[2:5])
+    next_n = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+    kernel = compile_fp4w(chunk, stages, next_n) if fmt == "fp4w" else compile_triton(fmt, chunk, stages, warps, next_n)
     path = f"/tmp/paged_{fmt}_{chunk}_{stages}_{warps}_{next_n}"
     sass = sass_of(kernel, path)
     with open(path + ".sass", "w") as f:
@@ -56,7 +81,8 @@ def main():
         f.write(kernel.asm["ptx"])
     ops = opcode_counts(sass)
     print(f"{fmt} chunk={chunk} stages={stages} warps={warps} next_n={next_n}: "
-          f"regs {registers_of(path + '.cubin')}, shared {kernel.metadata.shared} B, {sum(ops.values())} instr")
+          f"regs {registers_of(path + '.cubin')}, shared {kernel.metadata.shared} B, {sum(ops.values())} instr, "
+          f"{len(mma_loop(sass))} a page-loop iteration")
     print("  " + ", ".join(f"{op} {sum(v for k, v in ops.items() if k == op)}" for op in WATCH))
     print(f"  sass: {path}.sass")
 

@@ -290,27 +290,26 @@ if triton is not None:
 # loop instead.
 # ---------------------------------------------------------------------------------------------------
 if triton is not None:
-    # Per 4 packed bytes (8 elements). The 8-entry table (code -> e5m2 byte of E2M1 x 4) minus n in the
-    # exponent field (n << 2; no borrow: entries 1-7 are >= 0x40) is indexed by prmt, 4 codes per prmt;
-    # signs go to bit 7. Inputs: $2 the packed bytes; $3 (= $4..$6) the row's n_g in byte g; $7 the
-    # bytes' group g (in each byte). $0 receives the low nibbles (even elements), $1 the high ones,
-    # each as bytes [element 0, 4, 2, 6] of the word (odd: [1, 5, 3, 7]): any fixed order of the K
-    # dimension works, since q and keys go through this same code.
+    # Per 4 packed bytes (8 elements): the 8-entry table (code -> e5m2 byte of E2M1 x 4) minus n << 2 in
+    # every entry's exponent field but code 0's (no borrow: entries 1-7 are >= 0x40, n << 2 <= 60), then
+    # one mask, one shift and two prmt lookups of all eight codes (a prmt selector nibble's bit 3 is the
+    # sign, so codes are masked to 3 bits), two prmt gathers, and the signs: an odd element's already at
+    # bit 7 of its byte, an even one's 4 bits under it. Inputs: $2 the packed bytes; $3 (= $4..$6) the
+    # row's n_g << 2 in byte g; $7 the bytes' group g as g * 0x11 in each byte (its low half is the prmt
+    # selector that replicates byte g; | 4 takes byte 0 from the zero operand). $0 receives the low
+    # nibbles (elements 0, 2, 4, 6: byte j is packed byte j's even element), $1 the high ones (1, 3, 5, 7).
     _FOLD_ASM = tl.constexpr("""
     {
-    .reg .b32 t, l0, l1, m, s, sel, g;
-    and.b32 t, $7, 3; mul.lo.u32 t, t, 0x1111; prmt.b32 t, $3, 0, t;
-    shl.b32 t, t, 2;
+    .reg .b32 t, l0, l1, m, hi, a, b, s;
+    prmt.b32 t, $3, 0, $7;
     mov.b32 l1, 0x4E4C4A48; sub.u32 l1, l1, t;
-    and.b32 t, t, 0xFFFFFF00; mov.b32 l0, 0x46444000; sub.u32 l0, l0, t;
-    and.b32 m, $2, 0x07070707; shr.b32 sel, m, 12; or.b32 sel, sel, m;
-    prmt.b32 g, l0, l1, sel;
-    shl.b32 s, $2, 4; and.b32 s, s, 0x80808080; prmt.b32 s, s, 0, 0x3120;
-    or.b32 $0, g, s;
-    shr.b32 m, $2, 4; and.b32 m, m, 0x07070707; shr.b32 sel, m, 12; or.b32 sel, sel, m;
-    prmt.b32 g, l0, l1, sel;
-    and.b32 s, $2, 0x80808080; prmt.b32 s, s, 0, 0x3120;
-    or.b32 $1, g, s;
+    or.b32 s, $7, 4; prmt.b32 t, $3, 0, s;
+    mov.b32 l0, 0x46444000; sub.u32 l0, l0, t;
+    and.b32 m, $2, 0x77777777; shr.b32 hi, m, 16;
+    prmt.b32 a, l0, l1, m; prmt.b32 b, l0, l1, hi;
+    prmt.b32 $0, a, b, 0x6420; prmt.b32 $1, a, b, 0x7531;
+    shl.b32 s, $2, 4; and.b32 s, s, 0x80808080; or.b32 $0, $0, s;
+    and.b32 s, $2, 0x80808080; or.b32 $1, $1, s;
     }
     """)
 
@@ -332,9 +331,9 @@ if gluon is not None:
         emax = gl.maximum(gl.maximum(e0, e1), gl.maximum(e2, e3))
         ok = (emax - gl.minimum(gl.minimum(e0, e1), gl.minimum(e2, e3)) <= 15) & (emax < 255)
         n_word = (gl.minimum(emax - e0, 15) | (gl.minimum(emax - e1, 15) << 8)
-                  | (gl.minimum(emax - e2, 15) << 16) | (gl.minimum(emax - e3, 15) << 24))
+                  | (gl.minimum(emax - e2, 15) << 16) | (gl.minimum(emax - e3, 15) << 24)) << 2
         n_word = gl.broadcast(gl.expand_dims(n_word, 1), packed)[0]
-        group = gl.broadcast(gl.expand_dims((cols // 16).to(gl.uint8), 0), packed)[0]
+        group = gl.broadcast(gl.expand_dims((cols // 16 * 0x11).to(gl.uint8), 0), packed)[0]
         lo, hi = gl.inline_asm_elementwise(_FOLD_ASM, "=r,=r,r,r,r,r,r,r", [packed, n_word, group],
                                            dtype=(gl.float8e5, gl.float8e5), is_pure=True, pack=4)
         return lo, hi, emax, ok

@@ -1,6 +1,7 @@
 """CPU tests of the paged MQA logits problem (problems/paged_mqa_logits): reference, layouts, check, routing,
 and the Triton kernel under TRITON_INTERPRET=1 (in a subprocess, since the variable must be set before
 Triton is imported)."""
+import importlib.util
 import json
 import re
 import os
@@ -440,27 +441,28 @@ def test_route_memoizes_descriptors_by_addresses_and_cache_rows(mods):
     assert len(route.descriptor_args) <= 16
 
 
+def _sass_tool(sub):
+    """problems/paged_mqa_logits/sass_offline.py, compiling this test's submission module."""
+    spec = importlib.util.spec_from_file_location("paged_sass_offline", PROBLEM / "sass_offline.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    tool.S = sub
+    return tool
+
+
 def test_gluon_fp4_kernel_compiles_for_sm90_with_register_keys(mods):
     """The Gluon fp4 kernel (plan format fp4w) compiles for sm_90 on this CPU machine (Gluon has no
     interpreter; the GPU run is bench.py's), and does what it is for: keys by TMA, fp8 wgmma, and the
     decoded keys fed to the wgmma from registers (the only fp8 tiles put in shared memory are q's two)."""
     ref, sub = mods
     pytest.importorskip("triton.experimental.gluon")
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    gl = sub.gl
-    k_layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.uint8)
-    w_layout = gl.NVMMASharedLayout.get_default_for([64], gl.int32)
-    signature = {"k_desc": f"tensordesc<u8[64, 64],{k_layout!r}>", "w_desc": f"tensordesc<i32[64],{w_layout!r}>",
-                 "q_ptr": "*u8", "q_scale_ptr": "*i32", "kv_ptr": "*u8", "kv_word_ptr": "*i32", "w_ptr": "*fp32",
-                 "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32", "bt_stride": "i32", "out_stride": "i32",
-                 "max_model_len": "i32"}
-    constexprs = {"NEXT_N": 1, "H": 64, "BLOCK": 64, "CHUNK": 8, "NUM_STAGES": 3}
-    signature.update({k: "constexpr" for k in constexprs})
-    src = GluonASTSource(sub._fp4_wgmma_kernel, signature, constexprs, {(i,): [["tt.divisibility", 16]] for i in range(2, 10)})
-    k = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    tool = _sass_tool(sub)
+    k = tool.compile_fp4w(chunk=8, stages=3, next_n=1)
     ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
     assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "e5m2.e5m2" in ptx
     assert ttgir.count("warp_group_dot ") >= 2 and "dot_op<{opIdx = 0" in ttgir
     assert len(re.findall(r"local_alloc %\S+ : \(tensor<\d+x\d+xf8E5M2", ttgir)) == 2
+    # It is issue-bound: a page's instructions are its cost. The table decode keeps a page-loop iteration
+    # under 370 SASS instructions a thread (docs/paged_design.md; the fold decode it replaced was above).
+    loop = tool.mma_loop(tool.sass_of(k))
+    assert sum(text.startswith("QGMMA") for text in loop) == 4 and len(loop) < 370, len(loop)
