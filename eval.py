@@ -44,6 +44,7 @@ import argparse
 import base64
 import ctypes
 import dataclasses
+import errno
 import fcntl
 import functools
 import gc
@@ -77,6 +78,9 @@ EXIT_OK, EXIT_FAIL, EXIT_BAD_FD, EXIT_BAD_TESTS = 0, 112, 111, 113
 # passes max_time, or after WALL_LIMIT_NS of wall-clock time.
 BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS = 1000, 50e9
 RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS = 100, 30e9
+# Without CUDA, benchmark and compare stop after this many calls: CPU times are for trying a path, not
+# for ranking, and their run-to-run spread dwarfs the error of a mean over this many.
+CPU_MAX_REPEATS = 200
 WALL_LIMIT_NS = 120e9
 # The mode's time limit in task.yml is the whole run's; the judge keeps this much of it to end the run
 # and write its report, and a case's timing loop stops after LOOP_SHARE of the case's share of the
@@ -100,6 +104,10 @@ WARMUP_CALLS = 3
 # cannot fail an honest case.
 MARGIN_ABS_NS = {"cuda": 20e3, "cpu": 2e6}
 MARGIN_REL = 0.15
+# One call is ranked no lower than the judge's clock of it less this many margins (ranked_times): wide
+# enough that the judge's own per-call noise (its end stamp waits on the worker's host, ~2-12 us of spread
+# on the H200) never lifts an honest call, narrow enough that no call hides more than a few margins.
+CALL_MARGINS = 4
 # A call that has not returned when the judge releases it is timed on the judge's host clock, host time
 # included. In a case whose other calls all return in time, such a call is a stall of the host (the
 # worker descheduled or paging), not the submission's cost, and one of them would move the mean by
@@ -330,6 +338,11 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
     if lowest_priority:
         os.setpriority(os.PRIO_PROCESS, 0, 19)
         held.append("nice 19")
+        try:  # its session's scheduling group too (sched_autogroup weighs nice only within a group)
+            Path("/proc/self/autogroup").write_text("19")
+            held.append("autogroup nice 19")
+        except OSError:
+            pass
     libc = _libc()
     if libc is None or not sys.platform.startswith("linux"):
         return held + ["no confinement (not Linux)"]
@@ -345,6 +358,7 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
             raise RuntimeError(f"could not drop the worker's capabilities: {os.strerror(ctypes.get_errno())}")
         held.append("no capabilities")
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    held.append(_deny_new_sessions(libc))
     if not landlock:
         held.append("under ncu (POPCORN_NCU): not Landlock-confined, so that the profiler's injection works; "
                     "profile mode checks and ranks nothing")
@@ -380,6 +394,55 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
                 f"the judge" + (", no signals to it" if abi >= 6 else
                                 " (this kernel cannot scope signals: the submission can signal the judge)"))
     return held
+
+
+# seccomp (Linux): setsid and setpgid fail (EPERM) in the worker and in everything it starts, so that all of
+# them stay in the worker's process group, which the judge kills as one: a group kill cannot be outrun by
+# forking (a fork under way when it arrives does not complete), where a search of /proc for descendants
+# can be by a chain of processes that each fork and exit. Syscall numbers (setsid, setpgid) by audit arch.
+_SESSION_CALLS = {0xC000003E: (112, 109), 0x40000003: (66, 57), 0xC00000B7: (157, 154)}  # x86_64, i386, aarch64
+_X32_SYSCALL_BIT = 0x40000000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def session_filter() -> bytes:
+    """The classic-BPF seccomp program: per known arch, setsid / setpgid (and x32 calls) -> EPERM; the rest,
+    and unknown arches, allowed."""
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
+    prog = [("ld", 4)]  # seccomp_data.arch
+    for arch, (setsid, setpgid) in _SESSION_CALLS.items():
+        block = [("ld", 0), ("deny_if", setsid), ("deny_if", setpgid), ("ret", allow)]  # seccomp_data.nr
+        if arch == 0xC000003E:
+            block.insert(1, ("deny_if_ge", _X32_SYSCALL_BIT))
+        prog += [("skip_unless", arch, len(block))] + block
+    prog += [("ret", allow), ("ret", deny)]
+    code = []
+    for i, (op, k, *skip) in enumerate(prog):
+        to_deny = len(prog) - 1 - (i + 1)
+        code.append({"ld": (ld, 0, 0), "ret": (ret, 0, 0), "deny_if": (jeq, to_deny, 0),
+                     "deny_if_ge": (jge, to_deny, 0), "skip_unless": (jeq, 0, skip[0] if skip else 0)}[op] + (k,))
+    return b"".join(struct.pack("<HBBI", *c) for c in code)
+
+
+def _deny_new_sessions(libc) -> str:
+    program = ctypes.create_string_buffer(session_filter())
+    fprog = _SockFprog(len(program.raw) // 8, ctypes.cast(program, ctypes.c_void_p))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        return (f"no seccomp ({os.strerror(ctypes.get_errno())}): a process it starts can leave its process "
+                f"group; the judge then finds it in /proc")
+    return "seccomp: it and what it starts stay in its process group"
+
+
+def _read_or_empty(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def _capabilities_effective() -> bool:
@@ -441,15 +504,60 @@ def kill_descendants(keep: set[int], unreaped: set[int] = frozenset()) -> None:
                     pass
 
 
+def kill_process_group(pgid: int, limit_s: float = 5.0) -> None:
+    """SIGKILL the process group until no member is left (its members cannot leave it: session_filter),
+    reaping those that became the judge's children (a zombie still counts as a member)."""
+    give_up = time.monotonic() + limit_s
+    while time.monotonic() < give_up:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            return
+        try:
+            while os.waitid(os.P_PGID, pgid, os.WEXITED | os.WNOHANG) is not None:
+                pass
+        except ChildProcessError:
+            pass
+        time.sleep(0.001)
+
+
+def _children(pid: int) -> list[int]:
+    """A process's children (zombies too), from each of its threads' /proc children list."""
+    found = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return found
+
+
 def _descendants(keep: set[int]) -> list[int]:
-    """Every live descendant of this process, except the subtrees rooted at `keep`."""
-    tree, found, todo = _process_tree(), [], [os.getpid()]
+    """Every descendant of this process (zombies left out), except the subtrees rooted at `keep`: down the
+    tree's children lists where the kernel keeps them (a few files), else from a scan of all of /proc."""
+    me = os.getpid()
+    if Path(f"/proc/{me}/task/{me}/children").exists():
+        children = _children
+    else:
+        tree = _process_tree()
+        children = lambda pid: tree.get(pid, [])  # noqa: E731
+    found, todo = [], [me]
     while todo:
-        for child in tree.get(todo.pop(), []):
-            if child not in keep:
+        for child in children(todo.pop()):
+            if child not in keep and child not in found:
                 found.append(child)
                 todo.append(child)
-    return found
+    return [pid for pid in found if _state(pid) not in ("Z", "")]
+
+
+def _state(pid: int) -> str:
+    try:
+        return _stat_fields(f"/proc/{pid}/stat")[0]
+    except (OSError, IndexError):
+        return ""
 
 
 def _thread_states_and_cpu(pid: int) -> tuple[set[str], tuple[int, int]] | None:
@@ -471,17 +579,23 @@ def _thread_states_and_cpu(pid: int) -> tuple[set[str], tuple[int, int]] | None:
 
 
 class DescendantsStopped:
-    """Context manager: SIGSTOP every descendant of this process except the subtrees rooted at `keep`, until
-    every thread of every one of them shows as stopped (passes: a stopped process cannot fork; a sibling
-    that was still running may have sent one SIGCONT), and SIGCONT them afterwards. ran(): those that have
-    had CPU time since (something resumed them), whose work the judge cannot rule out."""
+    """Context manager: SIGSTOP `groups` (process groups: the workers') and every descendant of this process
+    except the subtrees rooted at `keep`, until every thread of every one of them shows as stopped (passes:
+    a stopped process cannot fork; a sibling that was still running may have sent one SIGCONT), and SIGCONT
+    them afterwards. ran(): those that have had CPU time since (something resumed them), whose work the
+    judge cannot rule out."""
 
-    def __init__(self, keep: set[int]):
-        self.keep, self.cpu = keep, {}
+    def __init__(self, keep: set[int], groups: list[int] = ()):
+        self.keep, self.groups, self.cpu = keep, list(groups), {}
 
     def __enter__(self) -> "DescendantsStopped":
         if not Path("/proc/self/stat").exists():
             return self
+        for pgid in self.groups:  # first the workers' process groups, each at once: no member forks past it
+            try:
+                os.killpg(pgid, signal.SIGSTOP)
+            except OSError:
+                pass
         give_up = time.monotonic() + 2.0
         while True:
             new = [pid for pid in _descendants(self.keep) if pid not in self.cpu]
@@ -495,10 +609,24 @@ class DescendantsStopped:
                 time.sleep(0.0002)
             if not new or time.monotonic() > give_up:  # a pass that finds no new process: all are stopped
                 break
-        for pid in self.cpu:
-            seen = _thread_states_and_cpu(pid)
-            self.cpu[pid] = seen[1] if seen is not None else None
+        self.cpu = self._settled_cpu()
         return self
+
+    def _settled_cpu(self) -> dict:
+        """Each stopped process's CPU time, read until two readings agree: a thread shows as stopped a
+        moment before the scheduler has booked its last slice."""
+        def reading():
+            return {pid: (seen[1] if seen is not None else None)
+                    for pid, seen in ((pid, _thread_states_and_cpu(pid)) for pid in self.cpu)}
+
+        last = reading()
+        for _ in range(20):
+            time.sleep(0.0005)
+            now = reading()
+            if now == last:
+                break
+            last = now
+        return last
 
     @staticmethod
     def _stopped(pid: int) -> bool:
@@ -514,6 +642,11 @@ class DescendantsStopped:
         return out
 
     def __exit__(self, *exc) -> None:
+        for pgid in self.groups:
+            try:
+                os.killpg(pgid, signal.SIGCONT)
+            except OSError:
+                pass
         _signal_all(self.cpu, signal.SIGCONT)
 
 
@@ -849,6 +982,37 @@ def recv_frame(sock, limit: int) -> bytes:
     return recv_exact(sock, n)
 
 
+# Control characters (but newline and tab), Unicode line and paragraph separators (which str.splitlines
+# breaks at) and the invisible format characters that reorder or hide text on a display.
+_CONTROL_CHARACTERS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+
+def printable(text: str) -> str:
+    """Text from the submission's process as the judge prints it: control characters (terminal escapes,
+    carriage returns) and lone surrogates written out as escapes, so that it can neither redraw the
+    report on a terminal nor fail to encode; newlines and tabs stay."""
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL_CHARACTERS.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 256
+                                   else f"\\u{ord(m.group()):04x}", text)
+
+
+def from_submission(text: str) -> str:
+    """Free text the submission's process sent (its error, a profile table), printable and every line
+    marked as the submission's, so that none of it can pass for a line of the report."""
+    return "\n".join(f"submission> {line}" for line in printable(text).splitlines())
+
+
+def _printable_message(obj):
+    """A message from the worker with every string in it made printable."""
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, list):
+        return [_printable_message(x) for x in obj]
+    if isinstance(obj, dict):
+        return {printable(str(k)): _printable_message(v) for k, v in obj.items()}
+    return obj
+
+
 # ---------------------------------------------------------------------------------------------
 # Worker: runs in the submission's process. Nothing here is trusted by the judge: everything it
 # reports is checked (outputs against the reference, times against the judge's clock).
@@ -889,6 +1053,11 @@ class WorkerSession:
         confinement = confine_worker([str(self.sandbox), "/dev", os.path.realpath("/proc/self"),
                                       os.environ.get("TRITON_CACHE_DIR", "")], landlock=not self.under_ncu,
                                      lowest_priority=self.role != "null")
+        # the submission's imports come from the sandbox (started with -P, Python put no folder first)
+        if getattr(sys.flags, "safe_path", False):
+            sys.path.insert(0, str(self.sandbox))
+        else:
+            sys.path[0] = str(self.sandbox)
         import torch
 
         self.torch, self.cuda = torch, torch.cuda.is_available()
@@ -1153,10 +1322,50 @@ class RunClock:
         return self.limit_s if self.per_case else self.left()
 
 
+def sealed_copy(data: bytes, name: str) -> int | None:
+    """A memfd holding data that no process can change any more (sealed against writes, resizing and
+    further seals), or None where there is no memfd."""
+    if not hasattr(os, "memfd_create"):
+        return None
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
+
+
+# This file as the judge read it before any submission ran, for the workers to start from. A worker
+# started from a file in its sandbox would run whatever a previous worker wrote there, before it confines
+# itself (the confinement is this file's code): so the judge starts every worker from a sealed copy.
+_worker_code = []
+
+
+def worker_code_fd() -> int | None:
+    if not _worker_code:
+        _worker_code.append(sealed_copy(Path(__file__).read_bytes(), "eval-worker.py"))
+    return _worker_code[0]
+
+
+def worker_environment() -> dict:
+    """The runner's environment for a worker, less what the worker must not have or could turn against its
+    own next start: no POPCORN_* variables; PYTHONPATH with only absolute entries (a relative one would
+    name the worker's sandbox, which it can write, and Python imports from it before the worker has
+    confined itself); the user site-packages of the judge, not of the worker's home."""
+    import site
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN")}
+    if "PYTHONPATH" in env:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(p))
+    env["PYTHONUSERBASE"] = site.getuserbase()
+    return env
+
+
 class Sandbox:
-    """A fresh directory the worker runs in: copies of the problem's modules and of this file, the
-    submission as submission.py, its home, temp and compile-cache folders, and the CPU regions. The
-    worker's environment holds none of the runner's POPCORN_* variables."""
+    """A fresh directory the worker runs in: copies of the problem's modules, the submission as
+    submission.py, its home, temp and compile-cache folders, and the CPU regions (the worker's code is
+    not there: see worker_code_fd). The worker's environment holds none of the runner's POPCORN_*
+    variables."""
 
     def __init__(self, problem: Path, submission: Path | None, under_ncu: bool = False, other: Path | None = None):
         self.under_ncu = under_ncu
@@ -1165,12 +1374,13 @@ class Sandbox:
             shutil.copy2(f, self.dir / f.name)
         if not (self.dir / "utils.py").exists():
             shutil.copy2(ROOT / "utils.py", self.dir / "utils.py")
-        shutil.copy2(Path(__file__).resolve(), self.dir / "eval.py")
+        if worker_code_fd() is None:  # no memfd: the worker starts from a copy here
+            shutil.copy2(Path(__file__).resolve(), self.dir / "eval.py")
         if submission is not None:
             shutil.copy2(submission, self.dir / "submission.py")
         if other is not None:  # compare mode's B, run by the worker of role "other"
             shutil.copy2(other, self.dir / OTHER_SUBMISSION)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN")}
+        env = worker_environment()
         for var, sub in (("HOME", "home"), ("TMPDIR", "tmp"), ("XDG_CACHE_HOME", "cache")):
             (self.dir / sub).mkdir()
             if not (under_ncu and var == "TMPDIR"):  # ncu's injection and its host share a temp dir
@@ -1182,7 +1392,15 @@ class Sandbox:
         self.env = env
 
     def remove(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """The sandbox gone, whatever the worker left in it (a tree too deep for shutil's recursion,
+        folders it took its own permissions from); never raises."""
+        try:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        except RecursionError:
+            pass
+        if self.dir.exists():
+            subprocess.run(["chmod", "-R", "u+rwx", str(self.dir)], capture_output=True)
+            subprocess.run(["rm", "-rf", "--", str(self.dir)], capture_output=True)
 
 
 class WorkerProcess:
@@ -1203,15 +1421,20 @@ class WorkerProcess:
         self.confinement = []
         self.flag_fd = self.flag = None
         if hasattr(os, "memfd_create"):  # the release count the GPU hold polls, shared with the worker
-            self.flag_fd = os.memfd_create(f"eval-{role}-release")
+            self.flag_fd = os.memfd_create(f"eval-{role}-release", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             os.ftruncate(self.flag_fd, 4096)
+            # sealed against resizing: a worker that truncated it would make the judge's next write a SIGBUS
+            fcntl.fcntl(self.flag_fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self.flag = mmap.mmap(self.flag_fd, 4096)
 
     def spawn(self) -> None:
         """Starts the process (it sets itself up, then says it is ready: see handshake)."""
         parent, child = socket.socketpair()
-        fds = (child.fileno(),) + ((self.flag_fd,) if self.flag_fd is not None else ())
-        cmd = [sys.executable, str(self.sandbox.dir / "eval.py"), "--worker", str(child.fileno()),
+        code = worker_code_fd()
+        fds = (child.fileno(),) + ((self.flag_fd,) if self.flag_fd is not None else ()) + ((code,) if code else ())
+        script = f"/proc/self/fd/{code}" if code is not None else str(self.sandbox.dir / "eval.py")
+        # -P (Python 3.11+): no script folder on sys.path, which for the sealed copy would be "/"
+        cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), script, "--worker", str(child.fileno()),
                str(self.flag_fd if self.flag_fd is not None else -1), self.role] + (["ncu"] * self.sandbox.under_ncu)
         if self.flag is not None:
             struct.pack_into("<i", self.flag, 0, 0)
@@ -1238,12 +1461,38 @@ class WorkerProcess:
     def handshake(self, deadline: float) -> None:
         ready = self.receive("ready", deadline)
         self.confinement = [str(c) for c in ready.get("confinement", [])]
+        unconfined = self._not_as_confined()
+        if unconfined:
+            raise CaseFailure(f"the worker's process is not confined as it says: {unconfined}")
         if bool(ready.get("cuda")) != self.cuda:
             raise CaseFailure(f"the worker {'sees' if ready.get('cuda') else 'does not see'} a CUDA device and "
                               f"the judge {'does' if self.cuda else 'does not'}")
         if self.cuda:
             self.send(op="event", handle=self.staged_event.ipc_handle())
             self.receive("event", deadline)
+
+    def _not_as_confined(self) -> str:
+        """What /proc shows of the worker that its confinement should rule out ('' if nothing): checked by
+        the judge itself, so that what the report says of the worker does not rest on the worker's word."""
+        try:
+            status = dict(line.split(":", 1) for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+                          if ":" in line)
+            nice = int(_stat_fields(f"/proc/{self.proc.pid}/stat")[16])
+        except (OSError, ValueError, IndexError):
+            return ""  # no /proc (not Linux), or gone: the next message says so
+        said = " ".join(self.confinement)
+        wrong = []
+        if "nice 19" in said and nice != 19:
+            wrong.append(f"nice {nice}")
+        if "autogroup nice 19" in said and "nice 19" not in _read_or_empty(f"/proc/{self.proc.pid}/autogroup"):
+            wrong.append("its scheduling group's nice is not 19")
+        if "no confinement" not in said and status.get("NoNewPrivs", "1").strip() != "1":
+            wrong.append("it may gain privileges (NoNewPrivs 0)")
+        if int(status.get("CapEff", "0").strip() or "0", 16) != 0:
+            wrong.append(f"capabilities {status['CapEff'].strip()}")
+        if "seccomp:" in said and status.get("Seccomp", "2").strip() != "2":
+            wrong.append("no seccomp filter")
+        return "; ".join(wrong)
 
     def start(self, deadline: float) -> None:
         self.spawn()
@@ -1285,20 +1534,20 @@ class WorkerProcess:
                 continue
             self.sock.settimeout(max(remaining, 0.01))
             try:
-                msg = json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT))
+                msg = _printable_message(json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT)))
             except socket.timeout:
                 raise CaseFailure("timed out in the middle of a message (the time limit from task.yml)") from None
             except (EOFError, OSError):
                 self.proc.wait(timeout=5) if self.proc.poll() is None else None
                 raise CaseFailure(self._death("died")) from None
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:  # not JSON, or nested past the parser's depth
                 raise CaseFailure(f"the submission's process sent a malformed message ({e})") from None
             finally:
                 self.sock.settimeout(None)
             if not isinstance(msg, dict) or not isinstance(msg.get("kind"), str):
                 raise CaseFailure("the submission's process sent a malformed message")
             if msg["kind"] == "error":
-                raise CaseFailure(str(msg.get("message", "error")))
+                raise CaseFailure(from_submission(str(msg.get("message", "error"))))
             if msg["kind"] != kind:
                 raise CaseFailure(f"the submission's process sent {msg['kind']!r} where the judge expected {kind!r}")
             return msg
@@ -1330,13 +1579,15 @@ class WorkerProcess:
         except OSError:
             pass
         WorkerProcess.live.discard(self.proc.pid)
-        kill_descendants(keep=set(WorkerProcess.live), unreaped={self.proc.pid})
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        kill_process_group(self.proc.pid)  # the worker's group: the worker and all it started (its session)
+        kill_descendants(keep=set(WorkerProcess.live))  # and any that left it (where seccomp is missing)
         self._relay.join(timeout=5)
-        self.proc.stdout.close()
+        if not self._relay.is_alive():  # else a process the kills missed holds the pipe: closing would wait on it
+            self.proc.stdout.close()
         self.sock.close()
         self.proc = None
 
@@ -1435,6 +1686,11 @@ def kill_workers_for_the_gpu() -> None:
         f"the judge killed the submission's processes: the GPU ran none of the judge's work for "
         f"{WATCHDOG_LIMIT_S:.0f} s (a stream that a process of the submission's left waiting on a value that "
         f"never comes keeps every other process's work off the GPU)")
+    for pid in list(WorkerProcess.live):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except OSError:
+            pass
     _signal_all(_descendants(keep=set()), signal.SIGKILL)
 
 
@@ -1444,8 +1700,8 @@ class Judge:
         self.report = report
         self.sandbox = Sandbox(problem, submission, under_ncu, other)
         # The null submission runs from a sandbox of its own, which the submission's worker (Landlock: writes
-        # only under its own sandbox) cannot rewrite: a null restarted from a rewritten eval.py could be made
-        # slow, and the baseline that reported times are checked against with it.
+        # only under its own sandbox) cannot rewrite: a null importing rewritten modules could be made slow,
+        # and the baseline that reported times are checked against with it.
         self.null_sandbox = Sandbox(problem, None) if timed else None
         # The workers import torch while the judge does (they set themselves up unprompted).
         self.worker = WorkerProcess(self.sandbox, "submission", report)
@@ -1597,7 +1853,7 @@ class Judge:
         if not isinstance(meta, dict) or not meta.get("tensor"):
             name = meta.get("type") if isinstance(meta, dict) else None
             return None, f"output must be a torch.Tensor, got {name}"
-        dt = _dtypes().get(meta.get("dtype"))
+        dt = _dtypes().get(meta["dtype"]) if isinstance(meta.get("dtype"), str) else None
         got_shape = meta.get("shape")
         if dt is None or not isinstance(got_shape, list) or not all(isinstance(n, int) and n >= 0 for n in got_shape):
             return None, "the submission's process described its output incorrectly"
@@ -1640,7 +1896,7 @@ class Judge:
         self._step()
         self._present(prep, deadline, self.worker)
         self.worker.send(op="profile")
-        return str(self.worker.receive("profile", deadline).get("table", ""))
+        return from_submission(str(self.worker.receive("profile", deadline).get("table", "")))
 
     def call_once(self, prep: Prepared, deadline: float, worker=None) -> tuple[bool, str]:
         """One untimed call on the input (by the submission's worker, or the given one), checked."""
@@ -1723,15 +1979,17 @@ class Judge:
         return TimedCall(_reported(done), judge_ns, host_ns, early), (done.get("output"), raw)
 
     def null_call(self, prep: Prepared, deadline: float, mimic_ns: float, early: bool = False) -> TimedCall:
-        """One call of the null submission (for the protocol's own overhead) on a quiet GPU: every other
-        process the judge started is stopped, and nothing else runs on the GPU (QUIET_PROBE_NS).
-        So GPU work the submission leaves behind between its calls cannot slow the null's calls and inflate
-        the baseline its reported times are checked against."""
+        """One call of the null submission (for the protocol's own overhead) on a quiet machine: every other
+        process the judge started is stopped, and on a GPU nothing else runs there (QUIET_PROBE_NS). So
+        work the submission leaves behind between its calls (processes of its own, GPU work queued) cannot
+        slow the null's calls and inflate the baseline its times are checked and ranked against. (nice 19
+        alone would not do on the CPU: a kernel that groups processes by session for scheduling,
+        sched_autogroup, weighs nice only within a session.)"""
         self._step()
-        if not self.cuda:  # on the CPU, nice 19 keeps what the submission leaves running from crowding the null
-            return self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
-        with DescendantsStopped(keep={self.null.proc.pid}) as stopped:
-            self._wait_until_quiet(deadline)
+        groups = [w.proc.pid for w in self.workers if w is not self.null and w.running]
+        with DescendantsStopped(keep={self.null.proc.pid}, groups=groups) as stopped:
+            if self.cuda:
+                self._wait_until_quiet(deadline)
             call = self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
             if stopped.ran():
                 raise CaseFailure("a process of the submission's ran while the judge had stopped it for a call of the "
@@ -1765,8 +2023,12 @@ def _median(values: list[float]) -> float:
 
 
 def _reported(done: dict) -> float:
+    """The time the worker reports (ns), or NaN for anything that is not a number a float can hold."""
     value = done.get("device_ns")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+    try:
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+    except OverflowError:  # an integer past float's range
+        return float("nan")
 
 
 def peak_bandwidth(torch) -> float | None:
@@ -1793,19 +2055,29 @@ def overhead_gap(calls: list[TimedCall], nulls: list[TimedCall]) -> float:
     return trimmed_mean([c.judge_ns - c.device_ns - base[c.early] for c in calls])
 
 
-def ranked_times(calls: list[TimedCall], nulls: list[TimedCall]) -> list[float]:
-    """The ranked time of each call: the submission's device time for a call released on time (checked
-    against the judge's clock by verify_times); for a call that had not returned when the judge released
-    the GPU (it synchronises, or its host path is slower), the judge's own host clock from the release
-    to the output in hand, less the null submission's overhead on that path. Such a call is timed as it
-    ran, host time included, and nothing the submission reports enters its time."""
-    early_base = null_overhead(nulls, True)
+def ranked_times(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool) -> list[float]:
+    """The ranked time of each call.
+    - Released before it returned (it synchronises, or its host path is slower): the judge's own host
+      clock from the release to the output in hand, less the null submission's overhead on that path;
+      timed as it ran, host time included, and nothing the submission reports enters it.
+    - On a GPU, released on time: the submission's device time, but never less than what the judge's
+      clock saw of the call beyond the null's overhead, less CALL_MARGINS margins. verify_times holds a
+      case's mean to one margin but leaves out its largest residuals (one stall of the judge's cannot
+      fail a case); this keeps a call among those from hiding more than that.
+    - On the CPU: the judge's clock less the null's overhead. The worker's clock is checked (verify_times)
+      but not ranked, so no report can take the CPU's wide margin off a time."""
+    on_time_base, early_base = null_overhead(nulls, False), null_overhead(nulls, True)
     times = []
     for c in calls:
-        judged = c.judge_ns - early_base
-        if c.early:  # never the report: without a usable null baseline, the judge's whole clock
-            judged = judged if math.isfinite(judged) and judged > 0 else c.judge_ns
-        times.append(judged if c.early else c.device_ns)
+        if c.early:  # without a usable null baseline, the judge's whole clock
+            judged = c.judge_ns - early_base
+            times.append(judged if math.isfinite(judged) and judged > 0 else c.judge_ns)
+        elif cuda:
+            floor = c.judge_ns - on_time_base - CALL_MARGINS * max(MARGIN_ABS_NS["cuda"], MARGIN_REL * c.device_ns)
+            times.append(max(c.device_ns, floor) if math.isfinite(floor) else c.device_ns)
+        else:
+            judged = c.judge_ns - on_time_base
+            times.append(max(judged, 1.0) if math.isfinite(judged) else c.judge_ns)
     return times
 
 
@@ -1822,12 +2094,6 @@ def kept_calls(late: list[bool]) -> list[bool]:
 def ranked_calls(calls: list[TimedCall]) -> list[TimedCall]:
     """The calls whose times a case ranks (kept_calls)."""
     return [c for c, keep in zip(calls, kept_calls([c.early for c in calls])) if keep]
-
-
-def stopping_times(calls: list[TimedCall]) -> list[float]:
-    """What the timing loop's stopping rule reads: the reported time of a call released in time, the judge's
-    clock for one released before it returned (its report is not checked and counts for nothing)."""
-    return [c.judge_ns if c.early else c.device_ns for c in calls]
 
 
 def verify_times(calls: list[TimedCall], nulls: list[TimedCall], margin_abs_ns: float) -> str:
@@ -1887,13 +2153,19 @@ class Report:
         with self.lock:
             self.relayed += 1
             if self.relayed <= RELAY_LINE_LIMIT:
-                print(f"  {role}> {line[:RELAY_LINE_CHARS]}", flush=True)
+                print(f"  {role}> {printable(line[:RELAY_LINE_CHARS])}", flush=True)
             elif self.relayed == RELAY_LINE_LIMIT + 1:
                 print(f"  {role}> ... (further output of the submission dropped)", flush=True)
 
 
 def _fmt_ns(ns: float) -> str:
     return f"{ns / 1e6:.4f} ms" if ns >= 1e5 else f"{ns / 1e3:.2f} us"
+
+
+def _indented(text: str, spaces: int) -> str:
+    """A message under its case's line: every line indented, so that none (a line of the submission's text
+    in it above all) starts where the report's own lines do."""
+    return "\n".join(" " * spaces + line for line in str(text).strip().splitlines())
 
 
 def _first_line(message: str, limit: int = REPORT_LINE_LIMIT) -> str:
@@ -1934,7 +2206,7 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
         passed += good
         report.record(spec=case.spec, status="pass" if good else "fail", message=message)
         report.say(f"[{'PASS' if good else 'FAIL'}] test {i}: {case.spec}  ({took:.1f} s)")
-        report.say(f"       {_first_line(message) if good else message.strip()}")
+        report.say(_indented(_first_line(message) if good else message, 7))
     summary = f"\n{passed}/{len(cases) - skipped} tests passed" + (f", {skipped} skipped (memory)" if skipped else "")
     if skipped == len(cases):
         return Outcome(False, [summary, "no case could run on this machine"])
@@ -2021,6 +2293,7 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     calls, nulls = result.calls, result.nulls
     nulls.extend(_calibrate_nulls(judge, judge.worker, prep, clock.deadline))
     repeats, max_time = (RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS) if ranked else (BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS)
+    repeats = repeats if judge.cuda else min(repeats, CPU_MAX_REPEATS)
     wall_start = time.perf_counter_ns()
     wall_limit = min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
     for i in range(repeats):
@@ -2030,7 +2303,7 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         if problem:
             return problem
         if i + 1 >= MIN_RUNS:
-            s = calculate_stats(stopping_times(calls))
+            s = calculate_stats(ranked_times(calls, nulls, judge.cuda))  # what is ranked, never a bare report
             if (s.err / s.mean < 0.001 or s.mean * s.runs > max_time
                     or time.perf_counter_ns() - wall_start > wall_limit):
                 break
@@ -2038,7 +2311,7 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     if problem:
         return problem
     kept = ranked_calls(calls)
-    stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(kept, nulls)))
+    stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(kept, nulls, judge.cuda)))
     host = [c.host_ns for c in kept if math.isfinite(c.host_ns)]
     stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
     stats["floor"] = prep.floor_ns if prep.floor_ns is not None else float("nan")
@@ -2072,7 +2345,7 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
         if times.error:
             report.log(f"benchmark.{i}.status", "fail")
             report.log(f"benchmark.{i}.error", _first_line(times.error))
-            report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {times.error.strip()}")
+            report.say(f"{i:>2}  {case.spec:52s} FAIL\n{_indented(times.error, 6)}")
             failed.append(i)
             judge.stop_workers()  # one may still be stuck in the failed call: fresh ones for the next case
             if ranked:  # as GPU MODE: a failed case ends a ranked run; benchmark mode goes on
@@ -2133,11 +2406,11 @@ def run_profiles(report: Report, judge: Judge, cases: list[TestCase], clock: "Ru
             report.log(f"benchmark.{i}.status", "fail")
             report.log(f"benchmark.{i}.error", _first_line(why))
             report.record(spec=case.spec, status="fail", error=why)
-            report.say(f"profile {i}: {case.spec}: FAIL\n{why}")
+            report.say(f"profile {i}: {case.spec}: FAIL\n{_indented(why, 6)}")
             continue
         report.record(spec=case.spec, status="pass", table=table)
         report.log(f"benchmark.{i}.report", base64.b64encode(table.encode(), b"+*").decode())
-        report.say(f"profile {i}: {case.spec}\n{table}")
+        report.say(f"profile {i}: {case.spec}\n{_indented(table, 2)}")
     return Outcome(ok, [])
 
 
@@ -2174,13 +2447,14 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
     calls = {name: [] for name in sides}
     nulls = {name: _calibrate_nulls(judge, w, prep, clock.deadline) for name, w in sides.items()}
     wall_start, wall_limit = time.perf_counter_ns(), min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
-    for i in range(BENCH_MAX_REPEATS):
+    for i in range(BENCH_MAX_REPEATS if judge.cuda else CPU_MAX_REPEATS):
         for name in (("A", "B") if i % 2 == 0 else ("B", "A")):
             problem = _timed_checked_call(judge, sides[name], prep, clock.deadline, i, calls[name], nulls[name])
             if problem:
                 return f"{name}: {problem}", {}
         if i + 1 >= MIN_RUNS:
-            _, se = _log_ratio(stopping_times(calls["A"]), stopping_times(calls["B"]))
+            _, se = _log_ratio(ranked_times(calls["A"], nulls["A"], judge.cuda),
+                               ranked_times(calls["B"], nulls["B"], judge.cuda))
             if se < 0.001 or time.perf_counter_ns() - wall_start > wall_limit:
                 break
     margin = COMPARE_MARGIN_FACTOR * MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"]
@@ -2189,7 +2463,8 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
         if problem:
             return f"{name}: {problem}", {}
     keep = kept_calls([a.early or b.early for a, b in zip(calls["A"], calls["B"])])  # stragglers, by pair
-    ranked = {name: [t for t, k in zip(ranked_times(calls[name], nulls[name]), keep) if k] for name in sides}
+    ranked = {name: [t for t, k in zip(ranked_times(calls[name], nulls[name], judge.cuda), keep) if k]
+              for name in sides}
     log_mean, log_se = _log_ratio(ranked["A"], ranked["B"])
     return "", {"A": sum(ranked["A"]) / len(ranked["A"]), "B": sum(ranked["B"]) / len(ranked["B"]),
                 "log_ratio": log_mean, "log_se": log_se, "pairs": len(ranked["A"])}
@@ -2220,7 +2495,7 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
         if error:
             failed.append(i)
             judge.stop_workers()
-            report.say(f"{i:>2}  {case.spec:52s} FAIL\n      {error.strip()}")
+            report.say(f"{i:>2}  {case.spec:52s} FAIL\n{_indented(error, 6)}")
             continue
         logs.append(fig["log_ratio"])
         variances.append(fig["log_se"] ** 2)

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import types
 import unittest.mock
@@ -361,6 +362,33 @@ def test_timing_code_patched_in_the_submissions_process_changes_nothing(problem,
     assert float(log["benchmark.0.mean"]) > 0.3 * float(honest["benchmark.0.mean"])
 
 
+@pytest.fixture(scope="module")
+def honest_leaderboard(problem, one_case):
+    """POPCORN lines of honest_bf16's leaderboard run on one_case: the work, reported honestly."""
+    return run_eval(problem, "leaderboard", submission="honest_bf16", extra=[one_case], popcorn=True)[3]
+
+
+@pytest.mark.parametrize("submission,extra_ns", [
+    ("reports_a_tiny_time", 0.0),
+    ("hides_work_in_rare_calls", 100e6 / 20),
+    ("inflates_the_null_baseline_on_the_cpu", 0.0),
+])
+def test_a_time_faked_inside_the_cpus_margin_gains_nothing(problem, one_case, honest_leaderboard, submission, extra_ns):
+    """On the CPU the judge ranks its own clock less the null's overhead (measured with the submission's
+    processes stopped), so a report faked by less than the CPU's margin, or on the calls the check leaves
+    out, or behind a baseline the submission slows, gains nothing against the same work reported
+    honestly (run in the same session)."""
+    if CUDA:
+        pytest.skip("the CPU path's ranking; on a GPU, test_gpu_time_faked_in_the_submissions_process_gains_nothing")
+    honest = honest_leaderboard
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission=submission, extra=[one_case], popcorn=True)
+    if code == 112:
+        assert log["benchmark.0.status"] == "fail", out + err
+    else:
+        assert code == 0, out + err
+        assert float(log["benchmark.0.mean"]) >= 0.7 * float(honest["benchmark.0.mean"]) + 0.7 * extra_ns, out + err
+
+
 @pytest.mark.parametrize("mode", ["test", "leaderboard"])
 def test_an_output_finished_after_the_call_returned_fails(problem, one_case, mode):
     code, out, err, log, _ = run_eval(problem, mode, submission="fakes_output_from_a_thread", extra=[one_case],
@@ -433,6 +461,79 @@ def test_shared_memory_truncated_by_the_submission_cannot_take_the_judge_down(pr
     code, out, err, log, _ = run_eval(problem, mode, submission="truncates_the_shared_memory", extra=extra,
                                       popcorn=True)
     assert code == 0 and log.get("check") == "pass", out + err
+
+
+def test_a_restarted_worker_runs_the_judges_code_not_what_the_last_one_left(problem):
+    """A worker that exits between cases is started again; nothing its predecessor wrote (a script in its
+    sandbox, sitecustomize, a .pth in its home) runs before the new one has confined itself."""
+    code, out, err, log, _ = run_eval(problem, "test", submission="plants_code_for_its_next_start", popcorn=True)
+    assert code == 0 and log["test.1.status"] == "pass", out + err
+
+
+def test_a_truncated_release_flag_cannot_take_the_judge_down_when_it_restarts_a_worker(problem):
+    code, out, err, log, _ = run_eval(problem, "test", submission="truncates_the_release_flag", popcorn=True)
+    assert code == 0 and log.get("check") == "pass", out + err
+
+
+def test_a_fork_chain_is_gone_before_the_last_result_line(problem, tmp_path):
+    """A chain of processes that each fork and exit at once outruns a search of /proc; it cannot leave the
+    worker's process group, which the judge kills as one."""
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm for the chain to write to")
+    log = Path(tempfile.mkdtemp(dir="/dev/shm")) / "chain"
+    try:
+        code, out, err, _, _ = run_eval(problem, "test", submission="outlives_the_judge_by_a_fork_chain",
+                                        env={"CHAIN_LOG": str(log)})
+        assert code == 0, out + err
+        time.sleep(1.0)  # a survivor sees the judge gone within microseconds
+        text = log.read_text() if log.exists() else ""
+        assert "started" in text and "survived" not in text, text
+    finally:
+        shutil.rmtree(log.parent, ignore_errors=True)
+
+
+def test_text_from_the_submission_cannot_pass_for_the_report_or_break_it(problem, tmp_path):
+    """An error whose message holds report lines, terminal escapes and a lone surrogate, output with
+    carriage returns and escapes, and a reported time past float's range: every line of the submission's
+    text is marked as its own and printable, the report goes on to its end, and the time fails its case
+    as a bad report, not as the judge's own failure."""
+    code, out, err, log, lines = run_eval(problem, "test", submission="forges_the_report_in_its_text", popcorn=True)
+    assert code == 112 and log["check"] == "fail", out + err
+    judge_lines = report_lines(out)
+    assert not [line for line in judge_lines if "[PASS] test 0" in line or "2/2 tests passed" in line], out
+    assert "\x1b" not in out and "\r" not in out and "\\x1b[8m" in out, out
+    assert "\u2028" not in out and "\\u2028" in out, out
+    assert log["test.0.error"].startswith("submission> RuntimeError: fake"), log
+    assert log["test.1.status"] == "pass", log
+    tests = tmp_path / "ragged.txt"
+    tests.write_text("batchsize: 3; qseqlen: 2; kvseqlen: 20; ragged: 1; seed: 12\n")
+    code, out, err, log, _ = run_eval(problem, "benchmark", submission="forges_the_report_in_its_text",
+                                      extra=[str(tests)], popcorn=True)
+    assert code == 112 and "judge's own work" not in log["benchmark.0.error"], out + err
+    assert "time" in log["benchmark.0.error"], log
+
+
+def test_malformed_messages_fail_as_the_submissions(problem):
+    code, out, err, log, _ = run_eval(problem, "test", submission="sends_malformed_messages", popcorn=True)
+    assert code == 112 and log["check"] == "fail", out + err
+    for i in (0, 1):
+        assert log[f"test.{i}.status"] == "fail" and "judge's own work" not in log[f"test.{i}.error"], log
+    assert "Traceback" not in err, err
+
+
+def test_the_timing_loop_ends_on_what_is_ranked_not_on_a_report(problem, one_case):
+    if CUDA:
+        pytest.skip("on a GPU, reports are what is ranked: one of 31 s ranks 31 s")
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission="ends_the_timing_loop_when_it_likes",
+                                      extra=[one_case], popcorn=True)
+    assert code == 0 and int(log["benchmark.0.runs"]) == harness.RANKED_MAX_REPEATS, out + err
+
+
+def test_a_sandbox_too_deep_for_shutil_is_still_removed(problem, one_case):
+    code, out, err, log, _ = run_eval(problem, "test", submission="leaves_a_deep_tree", extra=[one_case], popcorn=True)
+    assert code == 0 and log["check"] == "pass", out + err
+    sandbox = re.search(r"SANDBOX (\S+)", out).group(1)
+    assert not Path(sandbox).exists(), sandbox
 
 
 def test_the_judges_own_work_failing_fails_the_case_not_the_run(problem, tmp_path):
@@ -602,10 +703,23 @@ def test_a_call_released_before_it_returned_is_ranked_on_the_judges_clock():
     on_time = harness.TimedCall(300e3, 400e3, 0.0, False)
     honest_early = harness.TimedCall(2e6, 2.5e6, 0.0, True)  # the judge saw 2.5 ms - 0.4 ms of protocol
     faked_early = harness.TimedCall(0.2e6, 2.5e6, 0.0, True)  # claims a tenth of the same call
-    assert harness.ranked_times([on_time, honest_early, faked_early], nulls) == [300e3, 2.1e6, 2.1e6]
+    assert harness.ranked_times([on_time, honest_early, faked_early], nulls, cuda=True) == [300e3, 2.1e6, 2.1e6]
     assert harness.verify_times([honest_early, faked_early], nulls, 20e3) == ""  # no report to check
     # without a null baseline for that path, the judge's whole clock: never the report
-    assert harness.ranked_times([faked_early], nulls[:10]) == [2.5e6]
+    assert harness.ranked_times([faked_early], nulls[:10], cuda=True) == [2.5e6]
+
+
+def test_a_call_cannot_hide_work_among_the_residuals_the_check_leaves_out():
+    """verify_times leaves out a case's largest residuals; a call among them (here every 20th hides 150 ms)
+    is still ranked at what the judge's clock saw of it, less a few margins, on a GPU; on the CPU every call
+    is ranked on the judge's clock, so a report can take nothing off (not even the CPU's wide margin)."""
+    nulls = _calls([2e3] * 40, [100e3] * 40)  # the protocol's overhead: 100 us
+    calls = [harness.TimedCall(300e3, 400e3 + (150e6 if i % 20 == 0 else 0), 0.0, False) for i in range(100)]
+    assert harness.verify_times(calls, nulls, 20e3) == ""  # the trimmed check cannot see them
+    gpu = harness.ranked_times(calls, nulls, cuda=True)
+    assert gpu[1] == 300e3 and gpu[0] == pytest.approx(150e6 + 300e3 - harness.CALL_MARGINS * 45e3)  # 15 % of 300 us
+    tiny = [harness.TimedCall(1.0, 400e3, 0.0, False)] * 10  # 300 us of work reported as 1 ns
+    assert harness.ranked_times(tiny, nulls, cuda=False) == [300e3] * 10
 
 
 def test_a_rare_call_stalled_on_the_host_is_left_out_of_the_ranking():
@@ -624,7 +738,8 @@ def test_a_rare_call_stalled_on_the_host_is_left_out_of_the_ranking():
     # a late last call is ranked: it cannot end the timing loop (a report of 1e12 ns) and be left out too
     ended_late = on_time[:99] + [harness.TimedCall(1e12, 95e6, 0.0, True)]
     assert harness.ranked_calls(ended_late) == ended_late
-    assert harness.stopping_times(ended_late)[-1] == 95e6  # and the loop reads the judge's clock for it
+    # and the loop's stopping rule reads what is ranked: the judge's clock for it
+    assert harness.ranked_times(ended_late, [], cuda=True)[-1] == 95e6
 
 
 def _state(pid: int) -> str:

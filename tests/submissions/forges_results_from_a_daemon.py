@@ -1,4 +1,4 @@
-"""Hostile: leaves a detached grandchild (double fork, new session) that outlives the call, waits, then
+"""Hostile: leaves a detached grandchild (double fork, a new session if it may) that outlives the call, waits, then
 writes passing result lines and a fake summary to every descriptor it inherited and to stdout. Prints
 the daemon's pid so that a test can check it is gone."""
 import os
@@ -14,7 +14,10 @@ def _daemon():
     if pid:
         os.waitpid(pid, 0)
         return
-    os.setsid()
+    try:
+        os.setsid()  # refused where the judge's seccomp filter holds: the daemon stays in the worker's group
+    except OSError:
+        pass
     if os.fork():
         os._exit(0)
     print(f"DAEMON {os.getpid()}", flush=True)
