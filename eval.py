@@ -1410,6 +1410,10 @@ class WorkerProcess:
 
     live: set = set()  # pids of running workers (kill_descendants spares the others' trees)
     killed_because = ""  # why the judge killed the workers, if it did (GpuWatchdog), until they start again
+    # Cleared while the null submission's calls are timed: relaying is the judge's own work, which output
+    # the submission left in its pipe (a flood of lines) would otherwise make compete with those calls.
+    relaying = threading.Event()
+    relaying.set()
 
     def __init__(self, sandbox: Sandbox, role: str, report: "Report"):
         self.sandbox, self.role, self.report = sandbox, role, report
@@ -1500,7 +1504,7 @@ class WorkerProcess:
 
     def _relay_output(self, pipe) -> None:
         # Bounded reads: output without newlines arrives in pieces, never as one line of unbounded size.
-        for raw in iter(lambda: pipe.readline(RELAY_LINE_CHARS), b""):
+        while WorkerProcess.relaying.wait() and (raw := pipe.readline(RELAY_LINE_CHARS)):
             self.report.relay(self.role, raw.decode(errors="replace").rstrip("\n"))
 
     @property
@@ -1953,6 +1957,7 @@ class Judge:
         # that the worker's context does with them before the release (its kernels time-slice with the
         # judge's on the GPU) is on the judge's clock too.
         stream = torch.cuda.current_stream()
+        t_start = now()  # a late call's clock (host): from here too, before its inputs exist
         self._stamp(0)
         prep.layout.write(views)
         self.driver.reset_persisting_l2()
@@ -1961,9 +1966,9 @@ class Judge:
         try:
             if early:
                 # The call is still running on the host, and its staged event is not recorded yet: the
-                # judge's clock is its host clock, from the release to the output in its hands.
+                # judge's clock is its host clock, from before the inputs were written to the output in
+                # its hands (the null's calls on this path measure the write, flush and release with it).
                 stream.synchronize()
-                t_rel = now()
                 enqueued = worker.receive("enqueued", deadline, poll=True)
             stream.wait_event(worker.staged_event)
             self._stamp(1)
@@ -1973,7 +1978,7 @@ class Judge:
             worker.release(seq, stream_ordered=False)
             raise
         stamps = self.stamps.tolist()  # synchronises: raw is complete
-        judge_ns = now() - t_rel if early else float(stamps[1] - stamps[0])
+        judge_ns = now() - t_start if early else float(stamps[1] - stamps[0])
         host_ns = enqueued.get("host_ns")
         host_ns = float(host_ns) if isinstance(host_ns, (int, float)) and not isinstance(host_ns, bool) else math.nan
         return TimedCall(_reported(done), judge_ns, host_ns, early), (done.get("output"), raw)
@@ -1987,15 +1992,19 @@ class Judge:
         sched_autogroup, weighs nice only within a session.)"""
         self._step()
         groups = [w.proc.pid for w in self.workers if w is not self.null and w.running]
-        with DescendantsStopped(keep={self.null.proc.pid}, groups=groups) as stopped:
-            if self.cuda:
-                self._wait_until_quiet(deadline)
-            call = self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
-            if stopped.ran():
-                raise CaseFailure("a process of the submission's ran while the judge had stopped it for a call of the "
-                                  "null submission (something sent it SIGCONT): the baseline its times are checked "
-                                  "against cannot be trusted")
-            return call
+        WorkerProcess.relaying.clear()
+        try:
+            with DescendantsStopped(keep={self.null.proc.pid}, groups=groups) as stopped:
+                if self.cuda:
+                    self._wait_until_quiet(deadline)
+                call = self.timed(self.null, prep, deadline, mimic_ns, null_early=early)[0]
+                if stopped.ran():
+                    raise CaseFailure("a process of the submission's ran while the judge had stopped it for a call of "
+                                      "the null submission (something sent it SIGCONT): the baseline its times are "
+                                      "checked against cannot be trusted")
+                return call
+        finally:
+            WorkerProcess.relaying.set()
 
     def _wait_until_quiet(self, deadline: float) -> None:
         give_up = time.monotonic() + QUIET_WAIT_S
@@ -2058,7 +2067,8 @@ def overhead_gap(calls: list[TimedCall], nulls: list[TimedCall]) -> float:
 def ranked_times(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool) -> list[float]:
     """The ranked time of each call.
     - Released before it returned (it synchronises, or its host path is slower): the judge's own host
-      clock from the release to the output in hand, less the null submission's overhead on that path;
+      clock from before its inputs were written to the output in hand, less the null submission's
+      overhead on that path;
       timed as it ran, host time included, and nothing the submission reports enters it.
     - On a GPU, released on time: the submission's device time, but never less than what the judge's
       clock saw of the call beyond the null's overhead, less CALL_MARGINS margins. verify_times holds a
@@ -2312,6 +2322,12 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         return problem
     kept = ranked_calls(calls)
     stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(kept, nulls, judge.cuda)))
+    on_time = [c.device_ns for c in kept if not c.early]
+    if not judge.cuda and on_time and stats["mean"] < 0.25 * sum(on_time) / len(on_time):
+        # an honest call's time on the judge's clock, less the null's overhead, is about what it reports
+        return (f"the submission's process reports its calls as taking {_fmt_ns(sum(on_time) / len(on_time))} each "
+                f"and the judge's clock, less the null submission's overhead, saw {_fmt_ns(stats['mean'])}: the "
+                f"report or the baseline cannot be trusted")
     host = [c.host_ns for c in kept if math.isfinite(c.host_ns)]
     stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
     stats["floor"] = prep.floor_ns if prep.floor_ns is not None else float("nan")

@@ -372,6 +372,7 @@ def honest_leaderboard(problem, one_case):
     ("reports_a_tiny_time", 0.0),
     ("hides_work_in_rare_calls", 100e6 / 20),
     ("inflates_the_null_baseline_on_the_cpu", 0.0),
+    ("floods_the_relay_after_a_stop", 0.0),
 ])
 def test_a_time_faked_inside_the_cpus_margin_gains_nothing(problem, one_case, honest_leaderboard, submission, extra_ns):
     """On the CPU the judge ranks its own clock less the null's overhead (measured with the submission's
@@ -526,7 +527,10 @@ def test_the_timing_loop_ends_on_what_is_ranked_not_on_a_report(problem, one_cas
         pytest.skip("on a GPU, reports are what is ranked: one of 31 s ranks 31 s")
     code, out, err, log, _ = run_eval(problem, "leaderboard", submission="ends_the_timing_loop_when_it_likes",
                                       extra=[one_case], popcorn=True)
-    assert code == 0 and int(log["benchmark.0.runs"]) == harness.RANKED_MAX_REPEATS, out + err
+    if code == 112:  # its report of 31 s is far from what the judge's clock saw
+        assert "cannot be trusted" in log["benchmark.0.error"], out + err
+    else:  # or it ran the whole loop
+        assert code == 0 and int(log["benchmark.0.runs"]) == harness.RANKED_MAX_REPEATS, out + err
 
 
 def test_a_sandbox_too_deep_for_shutil_is_still_removed(problem, one_case):
