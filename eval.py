@@ -476,11 +476,11 @@ def _process_tree() -> dict[int, list[int]]:
     return children
 
 
-def _signal_all(pids, sig: int) -> None:
-    """sig to each of pids; one that is gone already is no error."""
+def _signal_all(pids, sig: int, groups: bool = False) -> None:
+    """sig to each of pids (process groups, with groups=True); one that is gone already is no error."""
     for pid in pids:
         try:
-            os.kill(pid, sig)
+            (os.killpg if groups else os.kill)(pid, sig)
         except OSError:
             pass
 
@@ -591,11 +591,8 @@ class DescendantsStopped:
     def __enter__(self) -> "DescendantsStopped":
         if not Path("/proc/self/stat").exists():
             return self
-        for pgid in self.groups:  # first the workers' process groups, each at once: no member forks past it
-            try:
-                os.killpg(pgid, signal.SIGSTOP)
-            except OSError:
-                pass
+        # first the workers' process groups, each at once: no member forks past it
+        _signal_all(self.groups, signal.SIGSTOP, groups=True)
         give_up = time.monotonic() + 2.0
         while True:
             new = [pid for pid in _descendants(self.keep) if pid not in self.cpu]
@@ -642,11 +639,7 @@ class DescendantsStopped:
         return out
 
     def __exit__(self, *exc) -> None:
-        for pgid in self.groups:
-            try:
-                os.killpg(pgid, signal.SIGCONT)
-            except OSError:
-                pass
+        _signal_all(self.groups, signal.SIGCONT, groups=True)
         _signal_all(self.cpu, signal.SIGCONT)
 
 
@@ -1578,10 +1571,7 @@ class WorkerProcess:
     def stop(self) -> None:
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
+        _signal_all([self.proc.pid], signal.SIGKILL, groups=True)
         WorkerProcess.live.discard(self.proc.pid)
         try:
             self.proc.wait(timeout=10)
@@ -1690,11 +1680,7 @@ def kill_workers_for_the_gpu() -> None:
         f"the judge killed the submission's processes: the GPU ran none of the judge's work for "
         f"{WATCHDOG_LIMIT_S:.0f} s (a stream that a process of the submission's left waiting on a value that "
         f"never comes keeps every other process's work off the GPU)")
-    for pid in list(WorkerProcess.live):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    _signal_all(list(WorkerProcess.live), signal.SIGKILL, groups=True)
     _signal_all(_descendants(keep=set()), signal.SIGKILL)
 
 
