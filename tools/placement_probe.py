@@ -17,9 +17,11 @@ the same custom_kernel call, interleaved call by call, with the inputs placed fi
 """
 import argparse
 import ctypes
+import mmap
 import multiprocessing as mp
 import os
 import statistics
+import struct
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,8 +60,8 @@ class FlagHold:
         import torch
 
         self.driver = harness.CudaDriver()
-        self.word = (ctypes.c_uint32 * 1024)()
-        self.dev = self.driver.host_register(ctypes.addressof(self.word), ctypes.sizeof(self.word))
+        self.page = mmap.mmap(-1, 4096)  # page-aligned, as cuMemHostRegister wants
+        self.dev = self.driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.page)), 4096)
         self.fn = self.driver.function(harness._HOLD_PTX, "eval_hold")
         props = torch.cuda.get_device_properties(0)
         per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
@@ -80,7 +82,7 @@ class FlagHold:
         start.record()
         fn()
         end.record()
-        self.word[0] = self.seq
+        struct.pack_into("<i", self.page, 0, self.seq)
         torch.cuda.synchronize()
         return start.elapsed_time(end) * 1e3
 
