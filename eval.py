@@ -1020,9 +1020,10 @@ class WorkerSession:
         self.regions = {}
         self.data = self.result = None
         self.null_form = None
+        self.ticket = None  # the judge's last request's, echoed in every answer
 
     def send(self, **msg) -> None:
-        send_frame(self.sock, json.dumps(msg).encode())
+        send_frame(self.sock, json.dumps({**msg, "ticket": self.ticket}).encode())
 
     def serve(self) -> None:
         while True:
@@ -1034,6 +1035,7 @@ class WorkerSession:
                 msg = pickle.loads(recv_frame(self.sock, 1 << 30))
             except EOFError:
                 return
+            self.ticket = msg.pop("ticket", None)
             try:
                 getattr(self, "op_" + msg.pop("op"))(**msg)
             except BaseException as e:
@@ -1439,7 +1441,7 @@ class WorkerProcess:
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=fds,
                                      start_new_session=True)
         child.close()
-        self.sock, self.seq, self.mapped = parent, 0, None
+        self.sock, self.seq, self.mapped, self.ticket = parent, 0, None, None
         WorkerProcess.live.add(self.proc.pid)
         self._relay = threading.Thread(target=self._relay_output, args=(self.proc.stdout,), daemon=True)
         self._relay.start()
@@ -1506,6 +1508,9 @@ class WorkerProcess:
 
     def send(self, fds: list[int] = (), **msg) -> None:
         """A message; fds: descriptors for the worker (SCM_RIGHTS), sent right after it."""
+        # A fresh ticket per request, which every answer must carry: an answer sent ahead of its request
+        # (a "done" queued during the previous call, received the moment the next is made) cannot have it.
+        self.ticket = msg["ticket"] = secrets.token_hex(16)
         try:
             send_frame(self.sock, pickle.dumps(msg))
             if fds:
@@ -1545,6 +1550,9 @@ class WorkerProcess:
                 raise CaseFailure("the submission's process sent a malformed message")
             if msg["kind"] == "error":
                 raise CaseFailure(from_submission(str(msg.get("message", "error"))))
+            if msg.get("ticket") != self.ticket:
+                raise CaseFailure(f"the submission's process sent a {msg['kind']!r} that answers no request the judge "
+                                  f"is waiting on (sent ahead of its request, or left over from an earlier one)")
             if msg["kind"] != kind:
                 raise CaseFailure(f"the submission's process sent {msg['kind']!r} where the judge expected {kind!r}")
             return msg
@@ -1719,6 +1727,7 @@ class Judge:
                          else None)
         self.form = None
         self.regions = 0
+        self.memory_at_start = None
 
     def describe(self) -> str:
         torch = self.torch
@@ -1736,18 +1745,24 @@ class Judge:
         if not self.cuda and libc is not None and hasattr(libc, "malloc_trim"):
             libc.malloc_trim(0)
 
+    def weigh_machine(self) -> None:
+        """The memory the cases are weighed against (check_fits), read once the worker is set up and before
+        the submission's code has run: memory the submission takes later (to have a case it gets wrong
+        skipped, or the score cover only its fast cases) cannot make a case skip."""
+        self.memory_at_start = available_memory() if not self.cuda else None
+
     def check_fits(self, case: TestCase) -> None:
         """On the CPU, where the judge, the worker and their copies of an input share the machine's
         memory: CaseSkipped if the case would not fit, judged from its sizes before anything is generated."""
         estimate = getattr(self.reference, "input_bytes", None)
-        available = available_memory() if not self.cuda and estimate is not None else None
+        available = self.memory_at_start if estimate is not None else None
         if available is None:
             return
         one = estimate(**case.args)
         if HARNESS_MEMORY_FACTOR * one > available:
             raise CaseSkipped(f"skipped: its input is about {one / 1e9:.1f} GB (from its sizes) and a run of it needs "
                               f"about {HARNESS_MEMORY_FACTOR} times that, more than the {available / 1e9:.1f} GB this "
-                              f"machine has available")
+                              f"machine had available when the run began")
 
     def ensure_started(self, worker: WorkerProcess, timeout: float) -> None:
         """A worker that is set up: the one spawned at start, or a new one after a failure."""
@@ -1780,6 +1795,10 @@ class Judge:
         if self.watchdog is not None:
             self.watchdog.stop()
         kill_descendants(keep=set())
+
+    def remove_sandboxes(self) -> None:
+        """After the last result line (close() has ended every process): a sandbox the submission filled
+        with a million entries takes a while to remove, and that must not hold the report back."""
         for sandbox in (self.sandbox, self.null_sandbox):
             if sandbox is not None:
                 sandbox.remove()
@@ -2655,6 +2674,7 @@ def main(argv=None) -> int:
             report.say(f"{args.mode}: {os.path.relpath(submission)} on {judge.describe()}"
                        + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases")
             report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
+            judge.weigh_machine()
             if args.mode == "test":
                 outcome = run_tests(report, judge, cases, clock)
             elif args.mode == "compare":
@@ -2665,16 +2685,20 @@ def main(argv=None) -> int:
                 outcome = run_benchmarks(report, judge, cases, clock, ranked=args.mode == "leaderboard")
     finally:
         judge.close()  # every process the worker started is gone before the last result line
-    changed = guard.changed()
-    if changed:
-        outcome = Outcome(False, [f"\nFAIL: these files of the judge changed during the run: {', '.join(changed)}"])
-    for line in outcome.summary:
-        report.say(line)
-    if args.json:
-        write_json(args.json, args, judge, report, outcome, seed)
-    report.log("check", "pass" if outcome.ok else "fail")
-    if fd_file is not None:
-        fd_file.close()
+    try:
+        changed = guard.changed()
+        if changed:
+            outcome = Outcome(False, [f"\nFAIL: these files of the judge changed during the run: {', '.join(changed)}"])
+        for line in outcome.summary:
+            report.say(line)
+        if args.json:
+            write_json(args.json, args, judge, report, outcome, seed)
+        report.log("check", "pass" if outcome.ok else "fail")
+        if fd_file is not None:
+            fd_file.close()
+        sys.stdout.flush()
+    finally:
+        judge.remove_sandboxes()
     return EXIT_OK if outcome.ok else EXIT_FAIL
 
 

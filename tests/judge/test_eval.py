@@ -173,6 +173,29 @@ def test_a_case_too_large_for_the_machine_is_skipped_before_it_is_generated(prob
     assert "covers the other cases only" in out and "ranking score" in out
 
 
+def test_memory_the_submission_takes_cannot_get_a_case_skipped(problem, tmp_path):
+    """Cases are weighed against the memory the machine had before the submission ran: a submission that
+    takes 4 GB in its first case cannot have a later case, one it gets wrong, skipped (the run passed so)."""
+    if CUDA:
+        pytest.skip("cases are weighed against memory on the CPU only")
+    available = harness.available_memory()
+    if available is None or available < 10e9:
+        pytest.skip("needs 10 GB of memory available")
+    d = tmp_path / "p"
+    shutil.copytree(problem, d)
+    # the second case's input weighs what fits with 2.5 GB to spare, against the memory read now
+    one = int((available - 2.5e9) / harness.HARNESS_MEMORY_FACTOR)
+    with open(d / "reference.py", "a") as f:
+        f.write(f"\n_sized = input_bytes\ndef input_bytes(**case):\n"
+                f"    return {one} if case['kvseqlen'] == 66 else _sized(**case)\n")
+    cases = tmp_path / "two.txt"
+    cases.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\nbatchsize: 2; qseqlen: 1; kvseqlen: 66; seed: 12\n")
+    code, out, err, log, _ = run_eval(d, "test", submission="takes_memory_to_skip_cases", extra=[str(cases)],
+                                      popcorn=True)
+    assert code == 112 and log["check"] == "fail", out + err
+    assert log["test.0.status"] == "pass" and log["test.1.status"] == "fail", out + err
+
+
 def test_a_hang_fails_within_the_time_limit(problem, tmp_path):
     d = tmp_path / "p"
     shutil.copytree(problem, d)
@@ -531,6 +554,38 @@ def test_the_timing_loop_ends_on_what_is_ranked_not_on_a_report(problem, one_cas
         assert "cannot be trusted" in log["benchmark.0.error"], out + err
     else:  # or it ran the whole loop
         assert code == 0 and int(log["benchmark.0.runs"]) == harness.RANKED_MAX_REPEATS, out + err
+
+
+def test_an_answer_sent_ahead_of_its_call_fails(problem, one_case):
+    """A second "done" sent with each timed call's answers the next call the moment it is made (the judge's
+    clock stopped before the call began: 0.00 us ranked on the CPU): it carries the wrong ticket."""
+    if CUDA:
+        pytest.skip("the hostile replaces the CPU path's timed call")
+    code, out, err, log, _ = run_eval(problem, "benchmark", submission="answers_before_it_is_asked",
+                                      extra=[one_case], popcorn=True)
+    assert code == 112 and log["check"] == "fail", out + err
+    assert "answers no request the judge is waiting on" in log["benchmark.0.error"], out + err
+
+
+def test_the_last_result_line_does_not_wait_for_the_sandbox_to_go(problem, one_case, tmp_path):
+    """The sandbox is removed after the last result line: a submission that fills it with entries slow to
+    remove cannot hold the report back (past the runner's time limit, which kills the judge with it)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    read_fd, write_fd = os.pipe()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")}, "POPCORN_FD": str(write_fd),
+           "TMPDIR": str(tmp)}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "eval.py"), "test", one_case, "--problem", str(problem),
+                             "--submission", str(problem / "fills_its_sandbox_with_links.py")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, pass_fds=(write_fd,))
+    os.close(write_fd)
+    with os.fdopen(read_fd) as f:
+        lines = f.read().splitlines()  # to the end: the judge has closed the descriptor
+    sandboxes_at_the_last_line = [p for p in tmp.glob("eval-sandbox-*") if (p / "links").exists()]
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "check: pass" in lines, out + err
+    assert sandboxes_at_the_last_line, "the sandbox was removed before the last result line"
+    assert not list(tmp.glob("eval-sandbox-*")), "the sandbox outlived the run"
 
 
 def test_a_sandbox_too_deep_for_shutil_is_still_removed(problem, one_case):
