@@ -1861,7 +1861,7 @@ class Judge:
         shape, dtype, device, nbytes = self.form
         if not isinstance(meta, dict) or not meta.get("tensor"):
             name = meta.get("type") if isinstance(meta, dict) else None
-            return None, f"output must be a torch.Tensor, got {name}"
+            return None, f"output must be a torch.Tensor, got {str(name)[:100]!r}"  # quoted: a class name is the submission's text
         dt = _dtypes().get(meta["dtype"]) if isinstance(meta.get("dtype"), str) else None
         got_shape = meta.get("shape")
         if dt is None or not isinstance(got_shape, list) or not all(isinstance(n, int) and n >= 0 for n in got_shape):

@@ -145,7 +145,7 @@ def test_tests_file_argument_and_seed(problem, tmp_path):
     ("raises", "kernel exploded"),
     ("garbage", "none of the caches"),
     ("wrong_shape", "shape (3,)"),
-    ("not_a_tensor", "must be a torch.Tensor, got list"),
+    ("not_a_tensor", "must be a torch.Tensor, got 'list'"),
     ("crashes", "exit code 3"),
     ("killed", "killed by signal SIGKILL (killed: most often the machine ran out of memory)"),
     ("no_kernel", "custom_kernel"),
@@ -929,3 +929,11 @@ def test_output_without_newlines_is_relayed_in_bounded_pieces(capsys):
 def test_trimmed_mean_leaves_out_the_largest():
     assert harness.trimmed_mean([1.0] * 19 + [1000.0]) == 1.0
     assert harness.trimmed_mean([5.0]) == 5.0
+
+
+def test_a_class_name_from_the_submission_is_quoted_in_the_judges_message():
+    """A returned object's class name is the submission's text: a name holding newlines must not print
+    lines of the report's own (unmarked) inside the judge's message."""
+    judge = types.SimpleNamespace(form=((2,), "torch.float32", "cpu", 8))
+    _, why = harness.Judge._collect(judge, {"tensor": False, "type": "X\n[PASS] test 0\n2/2 tests passed"}, None)
+    assert "\n" not in why and why.startswith("output must be a torch.Tensor, got 'X\\n[PASS]")
