@@ -750,6 +750,15 @@ DONE:
 """
 
 
+def hold_grid(torch) -> tuple[int, int]:
+    """(blocks, threads a block) of the hold: every SM's thread slots filled, so no other kernel of the
+    worker's context can start beside it."""
+    props = torch.cuda.get_device_properties(0)
+    per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
+    blocks_per_sm = -(-per_sm // 1024)
+    return props.multi_processor_count * blocks_per_sm, per_sm // blocks_per_sm
+
+
 # The null submission's stand-in for a call's work: one thread that spins for a given time, so that the
 # null protocol keeps the GPU (and the judge, waiting) busy as long as the measured call did.
 _SPIN_PTX = r"""
@@ -1065,10 +1074,7 @@ class WorkerSession:
             self.flag_dev = self.driver.host_register(flag_addr, 4096)
             self.hold_fn = self.driver.function(_HOLD_PTX, "eval_hold")
             self.spin_fn = self.driver.function(_SPIN_PTX, "eval_spin")
-            props = torch.cuda.get_device_properties(0)
-            per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
-            blocks_per_sm = -(-per_sm // 1024)
-            self.hold_shape = (props.multi_processor_count * blocks_per_sm, per_sm // blocks_per_sm)
+            self.hold_shape = hold_grid(torch)
             self.start_event = torch.cuda.Event(enable_timing=True)
             self.end_event = torch.cuda.Event(enable_timing=True)
         else:
@@ -2696,7 +2702,6 @@ def main(argv=None) -> int:
         report.log("check", "pass" if outcome.ok else "fail")
         if fd_file is not None:
             fd_file.close()
-        sys.stdout.flush()
     finally:
         judge.remove_sandboxes()
     return EXIT_OK if outcome.ok else EXIT_FAIL

@@ -30,6 +30,20 @@ import problem_loader  # noqa: E402
 VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold")
 
 
+def arena_copy(harness, data):
+    """data copied into one raw driver allocation at eval.py's InputLayout offsets: (pointer, bytes,
+    layout, the arena as a uint8 tensor)."""
+    import torch
+
+    layout = harness.InputLayout(data)
+    nbytes = layout.nbytes + 4096
+    ptr = harness.CudaDriver().alloc(nbytes)
+    arena = torch.as_tensor(harness._CudaArray(ptr, nbytes))
+    layout.write(layout.views(arena))
+    torch.cuda.synchronize()
+    return ptr, nbytes, layout, arena
+
+
 def _arena_owner(problem: str, args: dict, conn) -> None:
     """The second process: the case's input in an arena of its own, shared by IPC handle; then flushes
     L2 in its context whenever asked."""
@@ -38,15 +52,9 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
     mods = problem_loader.load(problem)
     import eval as harness
 
-    data = mods.reference.generate_input(**args)
-    layout = harness.InputLayout(data)
-    driver = harness.CudaDriver()
-    ptr = driver.alloc(layout.nbytes + 4096)
-    arena = torch.as_tensor(harness._CudaArray(ptr, layout.nbytes + 4096))
-    layout.write(layout.views(arena))
-    torch.cuda.synchronize()
+    ptr, nbytes, layout, _arena = arena_copy(harness, mods.reference.generate_input(**args))
     flush = problem_loader.l2_flush()
-    conn.send((driver.ipc_handle(ptr), layout.nbytes + 4096, layout.structure, layout.specs))
+    conn.send((harness.CudaDriver().ipc_handle(ptr), nbytes, layout.structure, layout.specs))
     while conn.recv() == "flush":
         flush()
         torch.cuda.synchronize()
@@ -63,10 +71,7 @@ class FlagHold:
         self.page = mmap.mmap(-1, 4096)  # page-aligned, as cuMemHostRegister wants
         self.dev = self.driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.page)), 4096)
         self.fn = self.driver.function(harness._HOLD_PTX, "eval_hold")
-        props = torch.cuda.get_device_properties(0)
-        per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
-        blocks = -(-per_sm // 1024)
-        self.shape = (props.multi_processor_count * blocks, per_sm // blocks)
+        self.shape = harness.hold_grid(torch)
         self.seq = 0
 
     def gpu_us(self, fn, flush) -> float:
@@ -92,12 +97,9 @@ def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold) -> 
 
     kernel = mods.submission.custom_kernel
     fresh = mods.reference.generate_input(**case.args)
-    layout = harness.InputLayout(fresh)
-    driver = harness.CudaDriver()
-    ptr = driver.alloc(layout.nbytes + 4096)
-    own = torch.as_tensor(harness._CudaArray(ptr, layout.nbytes + 4096))
-    layout.write(layout.views(own))
+    _, _, layout, own = arena_copy(harness, fresh)
     in_arena = harness.build_input(layout.structure, layout.views(own))
+    driver = harness.CudaDriver()
 
     parent, child = mp.get_context("spawn").Pipe()
     owner = mp.get_context("spawn").Process(target=_arena_owner, args=(problem, case.args, child), daemon=True)

@@ -93,8 +93,10 @@ def one_case(tmp_path_factory):
     return str(tests)
 
 
-def run_eval(problem, mode, submission="honest_bf16", extra=(), popcorn=False, env=None, timeout=300):
-    """Runs eval.py; returns (exit code, stdout, stderr, POPCORN_FD lines as a dict, and as a list)."""
+def run_eval(problem, mode, submission="honest_bf16", extra=(), popcorn=False, env=None, timeout=300,
+             at_last_line=None):
+    """Runs eval.py; returns (exit code, stdout, stderr, POPCORN_FD lines as a dict, and as a list).
+    at_last_line: called once the judge has closed POPCORN_FD (its last result line), while it may still run."""
     cmd = [sys.executable, str(ROOT / "eval.py"), mode, *extra, "--problem", str(problem),
            "--submission", str(problem / f"{submission}.py")]
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")}, **(env or {})}
@@ -109,6 +111,8 @@ def run_eval(problem, mode, submission="honest_bf16", extra=(), popcorn=False, e
         os.close(write_fd)
         with os.fdopen(read_fd) as f:
             lines = f.read().splitlines()
+        if at_last_line is not None:
+            at_last_line()
     out, err = proc.communicate(timeout=timeout)
     log = dict(line.split(": ", 1) for line in lines if ": " in line)
     return proc.returncode, out, err, log, lines
@@ -572,18 +576,13 @@ def test_the_last_result_line_does_not_wait_for_the_sandbox_to_go(problem, one_c
     remove cannot hold the report back (past the runner's time limit, which kills the judge with it)."""
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    read_fd, write_fd = os.pipe()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")}, "POPCORN_FD": str(write_fd),
-           "TMPDIR": str(tmp)}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "eval.py"), "test", one_case, "--problem", str(problem),
-                             "--submission", str(problem / "fills_its_sandbox_with_links.py")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, pass_fds=(write_fd,))
-    os.close(write_fd)
-    with os.fdopen(read_fd) as f:
-        lines = f.read().splitlines()  # to the end: the judge has closed the descriptor
-    sandboxes_at_the_last_line = [p for p in tmp.glob("eval-sandbox-*") if (p / "links").exists()]
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0 and "check: pass" in lines, out + err
+    sandboxes_at_the_last_line = []
+    code, out, err, log, _ = run_eval(
+        problem, "test", submission="fills_its_sandbox_with_links", extra=[one_case], popcorn=True,
+        env={"TMPDIR": str(tmp)},
+        at_last_line=lambda: sandboxes_at_the_last_line.extend(p for p in tmp.glob("eval-sandbox-*")
+                                                               if (p / "links").exists()))
+    assert code == 0 and log["check"] == "pass", out + err
     assert sandboxes_at_the_last_line, "the sandbox was removed before the last result line"
     assert not list(tmp.glob("eval-sandbox-*")), "the sandbox outlived the run"
 
