@@ -11,23 +11,42 @@ the same custom_kernel call, interleaved call by call, with the inputs placed fi
 - ipc+turn: as ipc, with the L2 flush run by the second process in its own context (so the GPU switches
   contexts before the call, as it does between eval.py's judge and worker);
 - hold: fresh inputs, but the call queued behind eval.py's hold (a kernel filling every SM, released
-  by a host write) instead of the one-thread spin.
+  by a host write) instead of the one-thread spin;
+- held-1ms: as hold, released only after ~1 ms of spinning (as long as eval.py's hold spins);
+- held+turn: ipc inputs, the call queued behind the hold, which the second process's flush preempts
+  (its context takes the GPU from the spinning hold, as eval.py's judge does), then released;
+- held+write+turn: as held+turn, the second process also rewriting the inputs before its flush, as
+  eval.py's judge does before every call;
+- held+turn+flush, held+turn+touch: as held+turn, with an L2 flush in this context, or a read of one
+  byte per 2 MB of the inputs, queued between the hold and the start event;
+- held+turn+flush1x: as held+turn+flush, the flush reading once the L2's size instead of twice;
+- ipc-flush1x: as ipc, with that smaller flush;
+- slim-held+turn: as held+turn, the hold one warp per block, 32 blocks an SM (as many blocks as an SM
+  holds, half the threads);
+- rev-held+write+turn(+flush): the arena allocated here and mapped by the second process, which
+  rewrites it and flushes while the hold spins (without, or with, an L2 flush here after the hold).
 
     python tools/placement_probe.py [--problem problems/paged_mqa_logits] [--cases 0,3,6] [--reps 20]
+                                    [--out docs/placement_probe_h200.md]
 """
 import argparse
+import contextlib
 import ctypes
+import io
 import mmap
 import multiprocessing as mp
 import os
 import statistics
 import struct
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import problem_loader  # noqa: E402
 
-VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold")
+VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold", "held-1ms", "held+turn", "held+write+turn", "held+turn+flush",
+            "held+turn+touch", "held+turn+flush1x", "ipc-flush1x", "slim-held+turn",
+            "rev-held+write+turn", "rev-held+write+turn+flush")
 
 
 def arena_copy(harness, data):
@@ -52,10 +71,18 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
     mods = problem_loader.load(problem)
     import eval as harness
 
-    ptr, nbytes, layout, _arena = arena_copy(harness, mods.reference.generate_input(**args))
+    ptr, nbytes, layout, arena = arena_copy(harness, mods.reference.generate_input(**args))
     flush = problem_loader.l2_flush()
     conn.send((harness.CudaDriver().ipc_handle(ptr), nbytes, layout.structure, layout.specs))
-    while conn.recv() == "flush":
+    views = layout.views(arena)
+    their_handle, their_bytes = conn.recv()
+    theirs = layout.views(torch.as_tensor(harness._CudaArray(harness.CudaDriver().ipc_open(their_handle),
+                                                             their_bytes)))
+    while (ask := conn.recv()) in ("flush", "write+flush", "rev-write+flush"):
+        if ask == "write+flush":
+            layout.write(views)
+        elif ask == "rev-write+flush":
+            layout.write(theirs)
         flush()
         torch.cuda.synchronize()
         conn.send("ok")
@@ -64,14 +91,17 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
 class FlagHold:
     """eval.py's hold: a kernel over every SM's thread slots that spins until a host word reaches a value."""
 
-    def __init__(self, harness):
+    def __init__(self, harness, slim=False):
         import torch
 
+        torch.zeros(1, device="cuda")  # the primary context current before the driver calls
         self.driver = harness.CudaDriver()
         self.page = mmap.mmap(-1, 4096)  # page-aligned, as cuMemHostRegister wants
         self.dev = self.driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.page)), 4096)
         self.fn = self.driver.function(harness._HOLD_PTX, "eval_hold")
         self.shape = harness.hold_grid(torch)
+        if slim:
+            self.shape = (torch.cuda.get_device_properties(0).multi_processor_count * 32, 32)
         self.seq = 0
 
     def gpu_us(self, fn, flush) -> float:
@@ -91,13 +121,40 @@ class FlagHold:
         torch.cuda.synchronize()
         return start.elapsed_time(end) * 1e3
 
+    def held_gpu_us(self, fn, before_release, settle=None) -> float:
+        """The call queued behind the hold, which spins while before_release() runs on the host; settle:
+        queued between the hold and the start event."""
+        import torch
 
-def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold) -> dict:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        self.seq += 1
+        stream = torch.cuda.current_stream().cuda_stream
+        self.driver.launch(self.fn, *self.shape, stream, [ctypes.c_uint64(self.dev), ctypes.c_uint32(self.seq),
+                                                          ctypes.c_uint64(10_000_000_000)])
+        if settle is not None:
+            settle()
+        start.record()
+        fn()
+        end.record()
+        before_release()
+        struct.pack_into("<i", self.page, 0, self.seq)
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+
+def _spin_host(seconds: float) -> None:
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, slim: FlagHold) -> dict:
     import torch
 
     kernel = mods.submission.custom_kernel
     fresh = mods.reference.generate_input(**case.args)
-    _, _, layout, own = arena_copy(harness, fresh)
+    own_ptr, own_bytes, layout, own = arena_copy(harness, fresh)
     in_arena = harness.build_input(layout.structure, layout.views(own))
     driver = harness.CudaDriver()
 
@@ -105,20 +162,46 @@ def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold) -> 
     owner = mp.get_context("spawn").Process(target=_arena_owner, args=(problem, case.args, child), daemon=True)
     owner.start()
     handle, nbytes, structure, specs = parent.recv()
+    parent.send((driver.ipc_handle(own_ptr), own_bytes))
     mapped = torch.as_tensor(harness._CudaArray(driver.ipc_open(handle), nbytes))
     in_ipc = harness.build_input(structure, [harness.arena_view(mapped, s) for s in specs])
 
-    def other_flush():
-        parent.send("flush")
+    def other(ask):
+        parent.send(ask)
         parent.recv()
 
+    def other_flush():
+        other("flush")
+
     flush = problem_loader.l2_flush()
+    pages = mapped[:: 2 << 20]
+    l2_bytes = torch.cuda.get_device_properties(0).L2_cache_size
+    small = torch.full((l2_bytes // 4,), 7, dtype=torch.int32, device="cuda")
+    sink = torch.empty((), dtype=torch.int64, device="cuda")
+
+    def flush1x():
+        torch.sum(small, 0, dtype=torch.int64, out=sink)
+
+    def touch():
+        pages.sum(dtype=torch.int64)
+
     timers = {
         "fresh": lambda: problem_loader.queued_gpu_us(lambda: kernel(fresh), flush),
         "arena": lambda: problem_loader.queued_gpu_us(lambda: kernel(in_arena), flush),
         "ipc": lambda: problem_loader.queued_gpu_us(lambda: kernel(in_ipc), flush),
         "ipc+turn": lambda: problem_loader.queued_gpu_us(lambda: kernel(in_ipc), other_flush),
         "hold": lambda: hold.gpu_us(lambda: kernel(fresh), flush),
+        "held-1ms": lambda: (flush(), hold.held_gpu_us(lambda: kernel(fresh), lambda: _spin_host(1e-3)))[1],
+        "held+turn": lambda: hold.held_gpu_us(lambda: kernel(in_ipc), other_flush),
+        "held+write+turn": lambda: hold.held_gpu_us(lambda: kernel(in_ipc), lambda: other("write+flush")),
+        "held+turn+flush": lambda: hold.held_gpu_us(lambda: kernel(in_ipc), other_flush, flush),
+        "held+turn+touch": lambda: hold.held_gpu_us(lambda: kernel(in_ipc), other_flush, touch),
+        "held+turn+flush1x": lambda: hold.held_gpu_us(lambda: kernel(in_ipc), other_flush, flush1x),
+        "ipc-flush1x": lambda: problem_loader.queued_gpu_us(lambda: kernel(in_ipc), flush1x),
+        "slim-held+turn": lambda: slim.held_gpu_us(lambda: kernel(in_ipc), other_flush),
+        "rev-held+write+turn": lambda: hold.held_gpu_us(lambda: kernel(in_arena), lambda: other("rev-write+flush")),
+        "rev-held+write+turn+flush": lambda: hold.held_gpu_us(lambda: kernel(in_arena),
+                                                              lambda: other("rev-write+flush"), flush),
     }
     reference_out = kernel(fresh).clone()
     same = all(torch.equal(kernel(d), reference_out) for d in (in_arena, in_ipc))
@@ -139,20 +222,32 @@ def main():
     parser.add_argument("--problem", default=".")
     parser.add_argument("--cases", help="benchmark case indices, comma-separated (default: all)")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--out", help="results file to append this run's output to (a fenced block)")
     args = parser.parse_args()
     mods = problem_loader.load(args.problem)
     import eval as harness
 
     cases = mods.cases if not args.cases else [mods.cases[int(i)] for i in args.cases.split(",")]
-    hold = FlagHold(harness)
-    print(problem_loader.results_stamp("python tools/placement_probe.py " + " ".join(sys.argv[1:])))
+    hold, slim = FlagHold(harness), FlagHold(harness, slim=True)
+    lines = []
+
+    def say(text: str) -> None:
+        print(text, flush=True)
+        lines.append(text)
+
+    say(problem_loader.results_stamp("python tools/placement_probe.py " + " ".join(sys.argv[1:])))
     rows = []
     for case in cases:
-        r = probe_case(args.problem, mods, harness, case, args.reps, hold)
-        print(f"{case.spec}: same output {r['same']}; " + ", ".join(f"{v} {r[v]:.2f}" for v in VARIANTS), flush=True)
+        r = probe_case(args.problem, mods, harness, case, args.reps, hold, slim)
+        say(f"{case.spec}: same output {r['same']}; " + ", ".join(f"{v} {r[v]:.2f}" for v in VARIANTS))
         rows.append((case.spec, *(r[v] for v in VARIANTS)))
-    print("GPU time, median us")
-    problem_loader.print_case_table(VARIANTS, rows)
+    table = io.StringIO()
+    with contextlib.redirect_stdout(table):
+        problem_loader.print_case_table(VARIANTS, rows)
+    say("GPU time, median us\n" + table.getvalue().rstrip("\n"))
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write("```\n" + "\n".join(lines) + "\n```\n\n")
 
 
 if __name__ == "__main__":
