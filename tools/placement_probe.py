@@ -2,7 +2,7 @@
 
 eval.py ranks a call a few us slower than tools/problem_loader.median_gpu_us times the same call in one
 process (docs/judge.md, "The ranked time against a one-process timer"). Per benchmark case, this times
-the same custom_kernel call, interleaved call by call, with the inputs placed five ways:
+the same custom_kernel call, interleaved call by call, with the inputs placed and the GPU held these ways:
 
 - fresh: generate_input's own tensors, the one-process timer (flush, a 200 us one-thread spin, call);
 - arena: copies of them in one raw driver allocation at eval.py's InputLayout offsets, same timer;
@@ -24,7 +24,10 @@ the same custom_kernel call, interleaved call by call, with the inputs placed fi
 - slim-held+turn: as held+turn, the hold one warp per block, 32 blocks an SM (as many blocks as an SM
   holds, half the threads);
 - rev-held+write+turn(+flush): the arena allocated here and mapped by the second process, which
-  rewrites it and flushes while the hold spins (without, or with, an L2 flush here after the hold).
+  rewrites it and flushes while the hold spins (without, or with, an L2 flush here after the hold);
+- vmm-held+write+turn(+flush): as held+write+turn(+flush), the second process's arena made with the
+  driver's virtual memory calls (cuMemCreate, 2 MB granules) and shared as a file descriptor instead of
+  a legacy IPC handle.
 
     python tools/placement_probe.py [--problem problems/paged_mqa_logits] [--cases 0,3,6] [--reps 20]
                                     [--out docs/placement_probe_h200.md]
@@ -35,6 +38,7 @@ import ctypes
 import io
 import mmap
 import multiprocessing as mp
+import multiprocessing.reduction
 import os
 import statistics
 import struct
@@ -46,7 +50,8 @@ import problem_loader  # noqa: E402
 
 VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold", "held-1ms", "held+turn", "held+write+turn", "held+turn+flush",
             "held+turn+touch", "held+turn+flush1x", "ipc-flush1x", "slim-held+turn",
-            "rev-held+write+turn", "rev-held+write+turn+flush")
+            "rev-held+write+turn", "rev-held+write+turn+flush",
+            "vmm-held+write+turn", "vmm-held+write+turn+flush")
 
 
 def arena_copy(harness, data):
@@ -61,6 +66,46 @@ def arena_copy(harness, data):
     layout.write(layout.views(arena))
     torch.cuda.synchronize()
     return ptr, nbytes, layout, arena
+
+
+class _AllocationProp(ctypes.Structure):  # CUmemAllocationProp
+    _fields_ = [("type", ctypes.c_int), ("requested_handle_types", ctypes.c_int), ("location_type", ctypes.c_int),
+                ("location_id", ctypes.c_int), ("win32_metadata", ctypes.c_void_p), ("compression", ctypes.c_ubyte),
+                ("rdma", ctypes.c_ubyte), ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class _AccessDesc(ctypes.Structure):  # CUmemAccessDesc
+    _fields_ = [("location_type", ctypes.c_int), ("location_id", ctypes.c_int), ("flags", ctypes.c_int)]
+
+
+_PINNED, _POSIX_FD, _ON_DEVICE, _READ_WRITE, _GRANULE = 1, 1, 1, 3, 2 << 20
+
+
+def _vmm_map(driver, handle: int, size: int) -> int:
+    ptr = ctypes.c_uint64()
+    driver._call("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(_GRANULE),
+                 ctypes.c_uint64(0), ctypes.c_uint64(0))
+    driver._call("cuMemMap", ptr, ctypes.c_size_t(size), ctypes.c_size_t(0), ctypes.c_uint64(handle),
+                 ctypes.c_uint64(0))
+    access = _AccessDesc(location_type=_ON_DEVICE, location_id=0, flags=_READ_WRITE)
+    driver._call("cuMemSetAccess", ptr, ctypes.c_size_t(size), ctypes.byref(access), ctypes.c_size_t(1))
+    return ptr.value
+
+
+def vmm_export(driver, nbytes: int) -> tuple[int, int, int]:
+    """A device allocation of at least nbytes in 2 MB granules, mapped here: (pointer, size, its POSIX fd)."""
+    prop = _AllocationProp(type=_PINNED, requested_handle_types=_POSIX_FD, location_type=_ON_DEVICE, location_id=0)
+    size = -(-nbytes // _GRANULE) * _GRANULE
+    handle, fd = ctypes.c_uint64(), ctypes.c_int()
+    driver._call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(prop), ctypes.c_uint64(0))
+    driver._call("cuMemExportToShareableHandle", ctypes.byref(fd), handle, ctypes.c_int(_POSIX_FD), ctypes.c_uint64(0))
+    return _vmm_map(driver, handle.value, size), size, fd.value
+
+
+def vmm_import(driver, fd: int, size: int) -> int:
+    handle = ctypes.c_uint64()
+    driver._call("cuMemImportFromShareableHandle", ctypes.byref(handle), ctypes.c_void_p(fd), ctypes.c_int(_POSIX_FD))
+    return _vmm_map(driver, handle.value, size)
 
 
 def _arena_owner(problem: str, args: dict, conn) -> None:
@@ -78,11 +123,22 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
     their_handle, their_bytes = conn.recv()
     theirs = layout.views(torch.as_tensor(harness._CudaArray(harness.CudaDriver().ipc_open(their_handle),
                                                              their_bytes)))
-    while (ask := conn.recv()) in ("flush", "write+flush", "rev-write+flush"):
+    try:
+        vmm_ptr, vmm_size, vmm_fd = vmm_export(harness.CudaDriver(), nbytes)
+        vmm_views = layout.views(torch.as_tensor(harness._CudaArray(vmm_ptr, vmm_size)))
+        layout.write(vmm_views)
+        torch.cuda.synchronize()
+        conn.send(vmm_size)
+        multiprocessing.reduction.send_handle(conn, vmm_fd, os.getppid())
+    except RuntimeError as e:
+        conn.send(str(e))
+    while (ask := conn.recv()) in ("flush", "write+flush", "rev-write+flush", "vmm-write+flush"):
         if ask == "write+flush":
             layout.write(views)
         elif ask == "rev-write+flush":
             layout.write(theirs)
+        elif ask == "vmm-write+flush":
+            layout.write(vmm_views)
         flush()
         torch.cuda.synchronize()
         conn.send("ok")
@@ -163,6 +219,14 @@ def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, sli
     owner.start()
     handle, nbytes, structure, specs = parent.recv()
     parent.send((driver.ipc_handle(own_ptr), own_bytes))
+    vmm_size = parent.recv()
+    in_vmm = None
+    if isinstance(vmm_size, str):
+        print(f"no vmm variants: {vmm_size}", flush=True)
+    else:
+        vmm = torch.as_tensor(harness._CudaArray(vmm_import(driver, multiprocessing.reduction.recv_handle(parent),
+                                                            vmm_size), vmm_size))
+        in_vmm = harness.build_input(structure, [harness.arena_view(vmm, s) for s in specs])
     mapped = torch.as_tensor(harness._CudaArray(driver.ipc_open(handle), nbytes))
     in_ipc = harness.build_input(structure, [harness.arena_view(mapped, s) for s in specs])
 
@@ -202,9 +266,15 @@ def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, sli
         "rev-held+write+turn": lambda: hold.held_gpu_us(lambda: kernel(in_arena), lambda: other("rev-write+flush")),
         "rev-held+write+turn+flush": lambda: hold.held_gpu_us(lambda: kernel(in_arena),
                                                               lambda: other("rev-write+flush"), flush),
+        "vmm-held+write+turn": lambda: hold.held_gpu_us(lambda: kernel(in_vmm), lambda: other("vmm-write+flush")),
+        "vmm-held+write+turn+flush": lambda: hold.held_gpu_us(lambda: kernel(in_vmm),
+                                                              lambda: other("vmm-write+flush"), flush),
     }
+    if in_vmm is None:
+        for v in ("vmm-held+write+turn", "vmm-held+write+turn+flush"):
+            timers[v] = lambda: float("nan")
     reference_out = kernel(fresh).clone()
-    same = all(torch.equal(kernel(d), reference_out) for d in (in_arena, in_ipc))
+    same = all(torch.equal(kernel(d), reference_out) for d in (in_arena, in_ipc, in_vmm) if d is not None)
     for _ in range(3):  # compiled, routed and warm
         for timer in timers.values():
             timer()
