@@ -27,7 +27,10 @@ the same custom_kernel call, interleaved call by call, with the inputs placed an
   rewrites it and flushes while the hold spins (without, or with, an L2 flush here after the hold);
 - vmm-held+write+turn(+flush): as held+write+turn(+flush), the second process's arena made with the
   driver's virtual memory calls (cuMemCreate, 2 MB granules) and shared as a file descriptor instead of
-  a legacy IPC handle.
+  a legacy IPC handle;
+- held+ce-turn, held+ce-write+turn: as held+turn and held+write+turn, the second process's work on its
+  copy engines only (the flush a device-to-host copy of twice the L2, the write a device-to-device copy
+  of the inputs), no kernel in its context: does it still take the SMs from the hold?
 
     python tools/placement_probe.py [--problem problems/paged_mqa_logits] [--cases 0,3,6] [--reps 20]
                                     [--out docs/placement_probe_h200.md]
@@ -51,7 +54,7 @@ import problem_loader  # noqa: E402
 VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold", "held-1ms", "held+turn", "held+write+turn", "held+turn+flush",
             "held+turn+touch", "held+turn+flush1x", "ipc-flush1x", "slim-held+turn",
             "rev-held+write+turn", "rev-held+write+turn+flush",
-            "vmm-held+write+turn", "vmm-held+write+turn+flush")
+            "vmm-held+write+turn", "vmm-held+write+turn+flush", "held+ce-turn", "held+ce-write+turn")
 
 
 def arena_copy(harness, data):
@@ -120,6 +123,9 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
     flush = problem_loader.l2_flush()
     conn.send((harness.CudaDriver().ipc_handle(ptr), nbytes, layout.structure, layout.specs))
     views = layout.views(arena)
+    pristine = arena.clone()
+    flush_source = flush.buffer
+    flush_sink = torch.empty(flush_source.shape, dtype=flush_source.dtype, pin_memory=True)
     their_handle, their_bytes = conn.recv()
     theirs = layout.views(torch.as_tensor(harness._CudaArray(harness.CudaDriver().ipc_open(their_handle),
                                                              their_bytes)))
@@ -132,7 +138,15 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
         multiprocessing.reduction.send_handle(conn, vmm_fd, os.getppid())
     except RuntimeError as e:
         conn.send(str(e))
-    while (ask := conn.recv()) in ("flush", "write+flush", "rev-write+flush", "vmm-write+flush"):
+    asks = ("flush", "write+flush", "rev-write+flush", "vmm-write+flush", "ce-flush", "ce-write+flush")
+    while (ask := conn.recv()) in asks:
+        if ask.startswith("ce-"):
+            if ask == "ce-write+flush":
+                arena.copy_(pristine, non_blocking=True)
+            flush_sink.copy_(flush_source, non_blocking=True)
+            torch.cuda.synchronize()
+            conn.send("ok")
+            continue
         if ask == "write+flush":
             layout.write(views)
         elif ask == "rev-write+flush":
@@ -270,6 +284,8 @@ def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, sli
         "vmm-held+write+turn+flush": lambda: hold.held_gpu_us(lambda: kernel(in_vmm),
                                                               lambda: other("vmm-write+flush"), flush),
     }
+    timers["held+ce-turn"] = lambda: hold.held_gpu_us(lambda: kernel(in_ipc), lambda: other("ce-flush"))
+    timers["held+ce-write+turn"] = lambda: hold.held_gpu_us(lambda: kernel(in_ipc), lambda: other("ce-write+flush"))
     if in_vmm is None:
         for v in ("vmm-held+write+turn", "vmm-held+write+turn+flush"):
             timers[v] = lambda: float("nan")
