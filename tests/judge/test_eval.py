@@ -93,6 +93,15 @@ def one_case(tmp_path_factory):
     return str(tests)
 
 
+@pytest.fixture(scope="module")
+def three_cases(tmp_path_factory):
+    tests = tmp_path_factory.mktemp("cases") / "three.txt"
+    tests.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n"
+                     "batchsize: 3; qseqlen: 2; kvseqlen: 20; ragged: 1; seed: 12\n"
+                     "batchsize: 2; qseqlen: 1; kvseqlen: 40; seed: 13\n")
+    return str(tests)
+
+
 def run_eval(problem, mode, submission="honest_bf16", extra=(), popcorn=False, env=None, timeout=300,
              at_last_line=None):
     """Runs eval.py; returns (exit code, stdout, stderr, POPCORN_FD lines as a dict, and as a list).
@@ -491,16 +500,25 @@ def test_shared_memory_truncated_by_the_submission_cannot_take_the_judge_down(pr
     assert code == 0 and log.get("check") == "pass", out + err
 
 
-def test_a_restarted_worker_runs_the_judges_code_not_what_the_last_one_left(problem):
-    """A worker that exits between cases is started again; nothing its predecessor wrote (a script in its
-    sandbox, sitecustomize, a .pth in its home) runs before the new one has confined itself."""
-    code, out, err, log, _ = run_eval(problem, "test", submission="plants_code_for_its_next_start", popcorn=True)
-    assert code == 0 and log["test.1.status"] == "pass", out + err
+def run_restarted(problem, three_cases, submission):
+    """A test run of a submission built on restarts_its_worker: its first worker answers case 0 and exits
+    when asked for case 1, which fails; case 2 runs in a worker the judge started afresh."""
+    code, out, err, log, _ = run_eval(problem, "test", submission=submission, extra=[three_cases], popcorn=True)
+    assert code == 112 and log.get("test.0.status") == "pass", out + err
+    assert log.get("test.1.status") == "fail" and "died" in log.get("test.1.error", ""), out + err
+    return log, out + err
 
 
-def test_a_truncated_release_flag_cannot_take_the_judge_down_when_it_restarts_a_worker(problem):
-    code, out, err, log, _ = run_eval(problem, "test", submission="truncates_the_release_flag", popcorn=True)
-    assert code == 0 and log.get("check") == "pass", out + err
+def test_a_restarted_worker_runs_the_judges_code_not_what_the_last_one_left(problem, three_cases):
+    """A worker that exits is started again; nothing its predecessor wrote (a script in its sandbox,
+    sitecustomize, a .pth in its home) runs before the new one has confined itself."""
+    log, text = run_restarted(problem, three_cases, "plants_code_for_its_next_start")
+    assert log.get("test.2.status") == "pass", text
+
+
+def test_a_truncated_release_flag_cannot_take_the_judge_down_when_it_restarts_a_worker(problem, three_cases):
+    log, text = run_restarted(problem, three_cases, "truncates_the_release_flag")
+    assert log.get("test.2.status") == "pass" and "test.2.error" not in log, text
 
 
 def test_a_fork_chain_is_gone_before_the_last_result_line(problem, tmp_path):

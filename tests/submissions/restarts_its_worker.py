@@ -1,6 +1,7 @@
-"""For hostile submissions that need the judge to start a second worker with no case failing: arm() makes
-the first worker exit right after its first reply of kind "done" (a call answered), and the judge starts
-a fresh worker for the next case. arm() returns True in the first worker, False in later ones."""
+"""For hostile submissions that need the judge to start a second worker: arm() makes the first worker exit
+as soon as it is asked for its next call (the judge fails that case, in which the worker died, and starts
+a fresh worker for the case after it). Exiting at a request rather than after an answer leaves no race
+with the judge's next request. arm() returns True in the first worker, False in later ones."""
 import os
 import sys
 from pathlib import Path
@@ -12,13 +13,10 @@ def arm() -> bool:
     if _EXITED.exists():
         return False
     session = sys.modules["__main__"].WorkerSession
-    send = session.send
 
-    def send_then_exit(self, **msg):
-        send(self, **msg)
-        if msg.get("kind") == "done":
-            _EXITED.write_text("")
-            os._exit(0)
+    def exit_instead(self, *args, **kwargs):
+        _EXITED.write_text("")
+        os._exit(0)
 
-    session.send = send_then_exit
+    session.op_call = session.op_timed = exit_instead
     return True
