@@ -966,9 +966,16 @@ def send_frame(sock, payload: bytes) -> None:
     sock.sendall(_FRAME.pack(len(payload)) + payload)
 
 
-def recv_exact(sock, n: int) -> bytes:
+def recv_exact(sock, n: int, deadline: float | None = None) -> bytes:
+    """n bytes from sock. deadline (time.monotonic()): socket.timeout once it has passed, however the bytes
+    arrive (a timeout per recv would restart with every byte a sender drips)."""
     chunks, got = [], 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("deadline passed in the middle of a message")
+            sock.settimeout(left)
         chunk = sock.recv(n - got)
         if not chunk:
             raise EOFError("the other side closed the connection")
@@ -977,11 +984,11 @@ def recv_exact(sock, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def recv_frame(sock, limit: int) -> bytes:
-    (n,) = _FRAME.unpack(recv_exact(sock, _FRAME.size))
+def recv_frame(sock, limit: int, deadline: float | None = None) -> bytes:
+    (n,) = _FRAME.unpack(recv_exact(sock, _FRAME.size, deadline))
     if n > limit:
         raise ValueError(f"a message of {n} bytes (limit {limit})")
-    return recv_exact(sock, n)
+    return recv_exact(sock, n, deadline)
 
 
 # Control characters (but newline and tab), Unicode line and paragraph separators (which str.splitlines
@@ -1540,9 +1547,9 @@ class WorkerProcess:
                 if self.proc.poll() is not None:
                     raise CaseFailure(self._death("died"))
                 continue
-            self.sock.settimeout(max(remaining, 0.01))
             try:
-                msg = _printable_message(json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT)))
+                msg = _printable_message(json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT,
+                                                               now + max(remaining, 0.01))))
             except socket.timeout:
                 raise CaseFailure("timed out in the middle of a message (the time limit from task.yml)") from None
             except (EOFError, OSError):
@@ -1870,7 +1877,8 @@ class Judge:
             return None, f"output must be a torch.Tensor, got {str(name)[:100]!r}"  # quoted: a class name is the submission's text
         dt = _dtypes().get(meta["dtype"]) if isinstance(meta.get("dtype"), str) else None
         got_shape = meta.get("shape")
-        if dt is None or not isinstance(got_shape, list) or not all(isinstance(n, int) and n >= 0 for n in got_shape):
+        # type(n) is int: a JSON true is a bool, which isinstance counts as an int and reshape refuses
+        if dt is None or not isinstance(got_shape, list) or not all(type(n) is int and n >= 0 for n in got_shape):
             return None, "the submission's process described its output incorrectly"
         if not meta.get("copied") or math.prod(got_shape) * dt.itemsize != nbytes:
             return None, (f"output is a {dt} tensor of shape {tuple(got_shape)}, expected {dtype} of shape "
@@ -2654,21 +2662,27 @@ def main(argv=None) -> int:
         task = load_task(problem)
         raw = parse_tests_file(args.tests_file) if args.tests_file else \
             task["tests" if args.mode == "test" else "benchmarks"]
-        sys.path[:0] = [str(problem), str(ROOT)]
-        from reference import generate_input
-        validate_cases(raw, generate_input, args.tests_file or str(problem / "task.yml"))
     except DefinitionError as e:
         print(f"eval.py: {e}", file=sys.stderr)
         return EXIT_BAD_TESTS
-    cases = make_cases(raw, seed)
+    sys.path[:0] = [str(problem), str(ROOT)]
     limit_key = {"test": "test_timeout", "leaderboard": "ranked_timeout"}.get(args.mode, "benchmark_timeout")
 
     report = Report(fd_file)
     guard = FileGuard(problem)
     # kernelbot runs profile mode under `ncu --nvtx-include custom_kernel/` with POPCORN_NCU=1.
     under_ncu = args.mode == "profile" and os.environ.pop("POPCORN_NCU", "0").strip().lower() in ("1", "true", "yes")
+    # The workers start here and import torch while the judge imports it and checks the cases' arguments.
     judge = Judge(problem, submission, report, timed=args.mode in ("benchmark", "leaderboard", "compare"),
                   under_ncu=under_ncu, other=other)
+    try:
+        validate_cases(raw, judge.reference.generate_input, args.tests_file or str(problem / "task.yml"))
+    except DefinitionError as e:
+        judge.close()
+        judge.remove_sandboxes()
+        print(f"eval.py: {e}", file=sys.stderr)
+        return EXIT_BAD_TESTS
+    cases = make_cases(raw, seed)
     clock = RunClock(float(task[limit_key]), limit_key, per_case=not judge.cuda, started=started)
     outcome = Outcome(False, [])
     try:

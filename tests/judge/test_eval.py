@@ -225,6 +225,18 @@ def test_a_hang_fails_within_the_time_limit(problem, tmp_path):
         assert took < 2 * 8 + 20 and "timed out" in log["test.1.error"]  # two limits, two worker starts
 
 
+def test_a_message_dripped_byte_by_byte_fails_within_the_time_limit(problem, tmp_path):
+    d = tmp_path / "p"
+    shutil.copytree(problem, d)
+    (d / "task.yml").write_text((problem / "task.yml").read_text().replace("test_timeout: 60", "test_timeout: 8"))
+    start = time.monotonic()
+    code, out, err, log, _ = run_eval(d, "test", submission="drips_a_message", popcorn=True, timeout=120)
+    took = time.monotonic() - start
+    assert code == 112 and log["check"] == "fail", out + err
+    assert "timed out in the middle of a message" in log["test.0.error"], out + err
+    assert took < 2 * 8 + 20, out + err
+
+
 def test_the_run_clock_ends_a_run_before_its_limit():
     clock = harness.RunClock(3.0, "benchmark_timeout", per_case=False)
     assert 0 < clock.left() <= 3.0 - 0.3  # a reserve to finish the report
@@ -954,3 +966,18 @@ def test_a_class_name_from_the_submission_is_quoted_in_the_judges_message():
     judge = types.SimpleNamespace(form=((2,), "torch.float32", "cpu", 8))
     _, why = harness.Judge._collect(judge, {"tensor": False, "type": "X\n[PASS] test 0\n2/2 tests passed"}, None)
     assert "\n" not in why and why.startswith("output must be a torch.Tensor, got 'X\\n[PASS]")
+
+
+@pytest.mark.parametrize("meta", [
+    {"shape": [True, 2]},  # JSON true: an int to isinstance, refused by reshape
+    {"shape": [None, 2]},
+    {"shape": [2.0]},
+    {"shape": "2"},
+])
+def test_an_output_described_wrongly_fails_as_the_submissions_fault(meta):
+    """What the worker says of its output is the submission's to forge: a description the judge cannot
+    apply fails the case as the submission's, never as a crash of the judge's own work."""
+    judge = types.SimpleNamespace(form=((2,), "torch.float32", "cpu", 8))
+    described = {"tensor": True, "copied": True, "dtype": "torch.float32", "device": "cpu", **meta}
+    out, why = harness.Judge._collect(judge, described, torch.zeros(8, dtype=torch.uint8))
+    assert out is None and why == "the submission's process described its output incorrectly"
