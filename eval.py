@@ -2239,7 +2239,9 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
     summary = f"\n{passed}/{len(cases) - skipped} tests passed" + (f", {skipped} skipped (memory)" if skipped else "")
     if skipped == len(cases):
         return Outcome(False, [summary, "no case could run on this machine"])
-    return Outcome(passed == len(cases) - skipped, [summary])
+    if skipped:  # memory a submission left behind (in /dev/shm, from an earlier run) must not pass a case
+        return Outcome(False, [summary, "not every case could run on this machine, so the run does not pass"])
+    return Outcome(passed == len(cases), [summary])
 
 
 @dataclasses.dataclass
@@ -2372,6 +2374,9 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
         judge.release_memory()
         if times.skipped:
             report.skipped(f"benchmark.{i}", case, times.skipped, f"{i:>2}  {case.spec:52s} SKIP\n      {times.skipped}")
+            if ranked:  # a ranked score covers every case: one skipped (for memory) cannot leave a fast subset
+                return Outcome(False, [f"\nleaderboard: case {i} could not run on this machine, so the run ends "
+                                       f"here: no score"])
             notes.append(f"case {i} skipped: the score covers the other cases only")
             continue
         report.record(spec=case.spec, status="fail" if times.error else "pass", error=times.error, stats=times.stats,

@@ -177,13 +177,16 @@ def test_a_case_too_large_for_the_machine_is_skipped_before_it_is_generated(prob
     with open(d / "reference.py", "a") as f:  # this machine's memory against an input of a petabyte
         f.write("\n_sized = input_bytes\ndef input_bytes(**case):\n"
                 "    return 10**15 if case['kvseqlen'] == 65 else _sized(**case)\n")
-    for mode in ("test", "benchmark"):
+    for mode in ("test", "benchmark", "leaderboard"):
         code, out, err, log, _ = run_eval(d, mode, popcorn=True)
-        assert code == 0, out + err
         key = "test" if mode == "test" else "benchmark"
-        assert log[f"{key}.0.status"] == "skip" and "more than the" in log[f"{key}.0.message"]
+        assert log[f"{key}.0.status"] == "skip" and "more than the" in log[f"{key}.0.message"], out + err
         assert "generate" not in err  # skipped before its input existed
-    assert "covers the other cases only" in out and "ranking score" in out
+        if mode == "benchmark":  # unranked: the other cases' times, saying so
+            assert code == 0 and "covers the other cases only" in out and "ranking score" in out, out + err
+        else:  # a check and a ranked score cover every case
+            assert code == 112 and log["check"] == "fail" and "ranking score" not in out, out + err
+    assert "could not run on this machine, so the run ends here: no score" in out
 
 
 def test_memory_the_submission_takes_cannot_get_a_case_skipped(problem, tmp_path):
@@ -207,6 +210,37 @@ def test_memory_the_submission_takes_cannot_get_a_case_skipped(problem, tmp_path
                                       popcorn=True)
     assert code == 112 and log["check"] == "fail", out + err
     assert log["test.0.status"] == "pass" and log["test.1.status"] == "fail", out + err
+
+
+def test_memory_an_earlier_run_left_behind_cannot_pass_a_case(problem, tmp_path):
+    """Memory left in /dev/shm by an earlier run outlives it and is missing when the next run weighs its
+    cases: the case it gets wrong is skipped, and a run with a skipped case does not pass."""
+    ballast = Path("/dev/shm/eval-hostile-ballast")
+    if CUDA:
+        pytest.skip("cases are weighed against memory on the CPU only")
+    available = harness.available_memory()
+    shm = os.statvfs("/dev/shm") if Path("/dev/shm").is_dir() else None
+    if available is None or available < 10e9 or shm is None or shm.f_bavail * shm.f_frsize < 5e9:
+        pytest.skip("needs 10 GB of memory available and 5 GB free in /dev/shm")
+    d = tmp_path / "p"
+    shutil.copytree(problem, d)
+    one = int((available - 2.5e9) / harness.HARNESS_MEMORY_FACTOR)  # fits now, not with 3 GB less
+    with open(d / "reference.py", "a") as f:
+        f.write(f"\n_sized = input_bytes\ndef input_bytes(**case):\n"
+                f"    return {one} if case['kvseqlen'] == 66 else _sized(**case)\n")
+    first, later = tmp_path / "first.txt", tmp_path / "later.txt"
+    first.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n")
+    later.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\nbatchsize: 2; qseqlen: 1; kvseqlen: 66; seed: 12\n")
+    ballast.unlink(missing_ok=True)
+    try:
+        code, out, err, log, _ = run_eval(d, "test", submission="leaves_memory_in_dev_shm", extra=[str(first)])
+        assert code == 0 and ballast.exists(), out + err
+        code, out, err, log, _ = run_eval(d, "test", submission="leaves_memory_in_dev_shm", extra=[str(later)],
+                                          popcorn=True)
+        assert log["test.0.status"] == "pass" and log["test.1.status"] == "skip", out + err
+        assert code == 112 and log["check"] == "fail" and "the run does not pass" in out, out + err
+    finally:
+        ballast.unlink(missing_ok=True)
 
 
 def test_a_hang_fails_within_the_time_limit(problem, tmp_path):
