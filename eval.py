@@ -521,6 +521,84 @@ def kill_process_group(pgid: int, limit_s: float = 5.0) -> None:
         time.sleep(0.001)
 
 
+def remove_tree(path: Path) -> None:
+    """A directory gone, whatever a worker left in it (a tree too deep for shutil's recursion, folders it
+    took its own permissions from); never raises."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)
+    except RecursionError:
+        pass
+    if path.exists():
+        subprocess.run(["chmod", "-R", "u+rwx", str(path)], capture_output=True)
+        subprocess.run(["rm", "-rf", "--", str(path)], capture_output=True)
+
+
+class Warden:
+    """A process forked from the judge at its start, in a session of its own, that cleans up if the judge
+    dies before it has said it is done (a runner kills it past its time limit): it kills every worker's
+    process group and removes the sandboxes. A worker has a session of its own (so that the judge can
+    kill its group as one), so without the warden it would outlive a killed judge, still running."""
+
+    spared: set = set()  # the warden's pid: the judge's kills of its descendants leave it alone
+
+    def __init__(self):
+        self.fd = None
+        if not sys.platform.startswith("linux"):
+            return
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()  # before the judge starts threads or imports torch
+        if pid == 0:
+            try:
+                os.close(write_fd)
+                os.setsid()  # out of the judge's group, which a runner may kill as one
+                devnull = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                # nothing of the judge's held open (POPCORN_FD, its stdout): its readers see EOF on time
+                os.closerange(3, read_fd)
+                os.closerange(read_fd + 1, 1 << 16)
+                Warden._watch(read_fd)
+            finally:
+                os._exit(0)
+        os.close(read_fd)
+        self.fd = write_fd
+        Warden.spared = {pid}
+
+    @staticmethod
+    def _watch(fd: int) -> None:
+        groups, dirs, pending = set(), set(), b""
+        while chunk := os.read(fd, 4096):
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                what, _, arg = line.decode().partition(" ")
+                if what == "done":
+                    return
+                if what == "group":
+                    groups.add(int(arg))
+                elif what == "ended":
+                    groups.discard(int(arg))
+                elif what == "dir":
+                    dirs.add(arg)
+        for pgid in groups:  # the judge is gone without saying it was done
+            kill_process_group(pgid)
+        for path in dirs:
+            remove_tree(Path(path))
+
+    def tell(self, line: str) -> None:
+        if self.fd is not None:
+            try:
+                os.write(self.fd, (line + "\n").encode())
+            except OSError:  # the warden is gone (killed on a machine without Landlock's scoping)
+                self.fd = None
+
+    def done(self) -> None:
+        """The judge has cleaned up itself: the warden exits without touching anything."""
+        self.tell("done")
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def _children(pid: int) -> list[int]:
     """A process's children (zombies too), from each of its threads' /proc children list."""
     found = []
@@ -539,6 +617,7 @@ def _descendants(keep: set[int]) -> list[int]:
     """Every descendant of this process (zombies left out), except the subtrees rooted at `keep`: down the
     tree's children lists where the kernel keeps them (a few files), else from a scan of all of /proc."""
     me = os.getpid()
+    keep = set(keep) | Warden.spared
     if Path(f"/proc/{me}/task/{me}/children").exists():
         children = _children
     else:
@@ -1400,15 +1479,7 @@ class Sandbox:
         self.env = env
 
     def remove(self) -> None:
-        """The sandbox gone, whatever the worker left in it (a tree too deep for shutil's recursion,
-        folders it took its own permissions from); never raises."""
-        try:
-            shutil.rmtree(self.dir, ignore_errors=True)
-        except RecursionError:
-            pass
-        if self.dir.exists():
-            subprocess.run(["chmod", "-R", "u+rwx", str(self.dir)], capture_output=True)
-            subprocess.run(["rm", "-rf", "--", str(self.dir)], capture_output=True)
+        remove_tree(self.dir)
 
 
 class WorkerProcess:
@@ -1417,6 +1488,7 @@ class WorkerProcess:
     prefixed, as the submission's output; on stop, every process it started is killed."""
 
     live: set = set()  # pids of running workers (kill_descendants spares the others' trees)
+    warden: Warden | None = None  # told of every worker's process group
     killed_because = ""  # why the judge killed the workers, if it did (GpuWatchdog), until they start again
     # Cleared while the null submission's calls are timed: relaying is the judge's own work, which output
     # the submission left in its pipe (a flood of lines) would otherwise make compete with those calls.
@@ -1456,6 +1528,8 @@ class WorkerProcess:
         child.close()
         self.sock, self.seq, self.mapped, self.ticket = parent, 0, None, None
         WorkerProcess.live.add(self.proc.pid)
+        if WorkerProcess.warden is not None:
+            WorkerProcess.warden.tell(f"group {self.proc.pid}")
         self._relay = threading.Thread(target=self._relay_output, args=(self.proc.stdout,), daemon=True)
         self._relay.start()
 
@@ -1600,6 +1674,8 @@ class WorkerProcess:
             pass
         kill_process_group(self.proc.pid)  # the worker's group: the worker and all it started (its session)
         kill_descendants(keep=set(WorkerProcess.live))  # and any that left it (where seccomp is missing)
+        if WorkerProcess.warden is not None:
+            WorkerProcess.warden.tell(f"ended {self.proc.pid}")  # its id may be another group's from now
         self._relay.join(timeout=5)
         if not self._relay.is_alive():  # else a process the kills missed holds the pipe: closing would wait on it
             self.proc.stdout.close()
@@ -1707,13 +1783,17 @@ def kill_workers_for_the_gpu() -> None:
 
 class Judge:
     def __init__(self, problem: Path, submission: Path, report: "Report", timed: bool, under_ncu: bool = False,
-                 other: Path | None = None):
+                 other: Path | None = None, warden: Warden | None = None):
         self.report = report
+        WorkerProcess.warden = warden
         self.sandbox = Sandbox(problem, submission, under_ncu, other)
         # The null submission runs from a sandbox of its own, which the submission's worker (Landlock: writes
         # only under its own sandbox) cannot rewrite: a null importing rewritten modules could be made slow,
         # and the baseline that reported times are checked against with it.
         self.null_sandbox = Sandbox(problem, None) if timed else None
+        for box in (self.sandbox, self.null_sandbox):
+            if box is not None and warden is not None:
+                warden.tell(f"dir {box.dir}")
         # The workers import torch while the judge does (they set themselves up unprompted).
         self.worker = WorkerProcess(self.sandbox, "submission", report)
         self.null = WorkerProcess(self.null_sandbox, "null", report) if timed else None
@@ -2677,53 +2757,57 @@ def main(argv=None) -> int:
     guard = FileGuard(problem)
     # kernelbot runs profile mode under `ncu --nvtx-include custom_kernel/` with POPCORN_NCU=1.
     under_ncu = args.mode == "profile" and os.environ.pop("POPCORN_NCU", "0").strip().lower() in ("1", "true", "yes")
-    # The workers start here and import torch while the judge imports it and checks the cases' arguments.
-    judge = Judge(problem, submission, report, timed=args.mode in ("benchmark", "leaderboard", "compare"),
-                  under_ncu=under_ncu, other=other)
+    warden = Warden()  # cleans up after this process if it is killed before it is done
     try:
-        validate_cases(raw, judge.reference.generate_input, args.tests_file or str(problem / "task.yml"))
-    except DefinitionError as e:
-        judge.close()
-        judge.remove_sandboxes()
-        print(f"eval.py: {e}", file=sys.stderr)
-        return EXIT_BAD_TESTS
-    cases = make_cases(raw, seed)
-    clock = RunClock(float(task[limit_key]), limit_key, per_case=not judge.cuda, started=started)
-    outcome = Outcome(False, [])
-    try:
+        # The workers start here and import torch while the judge imports it and checks the cases' arguments.
+        judge = Judge(problem, submission, report, timed=args.mode in ("benchmark", "leaderboard", "compare"),
+                      under_ncu=under_ncu, other=other, warden=warden)
         try:
-            judge.ensure_started(judge.worker, clock.start())
-        except CaseFailure as e:
-            report.say(f"eval.py: the worker could not start: {e}")
-        else:
-            report.say(f"{args.mode}: {os.path.relpath(submission)} on {judge.describe()}"
-                       + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases")
-            report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
-            judge.weigh_machine()
-            if args.mode == "test":
-                outcome = run_tests(report, judge, cases, clock)
-            elif args.mode == "compare":
-                outcome = run_compare(report, judge, cases, clock, (str(args.submission), str(args.other)))
-            elif args.mode == "profile":
-                outcome = run_profiles(report, judge, cases, clock)
+            validate_cases(raw, judge.reference.generate_input, args.tests_file or str(problem / "task.yml"))
+        except DefinitionError as e:
+            judge.close()
+            judge.remove_sandboxes()
+            print(f"eval.py: {e}", file=sys.stderr)
+            return EXIT_BAD_TESTS
+        cases = make_cases(raw, seed)
+        clock = RunClock(float(task[limit_key]), limit_key, per_case=not judge.cuda, started=started)
+        outcome = Outcome(False, [])
+        try:
+            try:
+                judge.ensure_started(judge.worker, clock.start())
+            except CaseFailure as e:
+                report.say(f"eval.py: the worker could not start: {e}")
             else:
-                outcome = run_benchmarks(report, judge, cases, clock, ranked=args.mode == "leaderboard")
+                report.say(f"{args.mode}: {os.path.relpath(submission)} on {judge.describe()}"
+                           + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases")
+                report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
+                judge.weigh_machine()
+                if args.mode == "test":
+                    outcome = run_tests(report, judge, cases, clock)
+                elif args.mode == "compare":
+                    outcome = run_compare(report, judge, cases, clock, (str(args.submission), str(args.other)))
+                elif args.mode == "profile":
+                    outcome = run_profiles(report, judge, cases, clock)
+                else:
+                    outcome = run_benchmarks(report, judge, cases, clock, ranked=args.mode == "leaderboard")
+        finally:
+            judge.close()  # every process the worker started is gone before the last result line
+        try:
+            changed = guard.changed()
+            if changed:
+                outcome = Outcome(False, [f"\nFAIL: these files of the judge changed during the run: {', '.join(changed)}"])
+            for line in outcome.summary:
+                report.say(line)
+            if args.json:
+                write_json(args.json, args, judge, report, outcome, seed)
+            report.log("check", "pass" if outcome.ok else "fail")
+            if fd_file is not None:
+                fd_file.close()
+        finally:
+            judge.remove_sandboxes()
+        return EXIT_OK if outcome.ok else EXIT_FAIL
     finally:
-        judge.close()  # every process the worker started is gone before the last result line
-    try:
-        changed = guard.changed()
-        if changed:
-            outcome = Outcome(False, [f"\nFAIL: these files of the judge changed during the run: {', '.join(changed)}"])
-        for line in outcome.summary:
-            report.say(line)
-        if args.json:
-            write_json(args.json, args, judge, report, outcome, seed)
-        report.log("check", "pass" if outcome.ok else "fail")
-        if fd_file is not None:
-            fd_file.close()
-    finally:
-        judge.remove_sandboxes()
-    return EXIT_OK if outcome.ok else EXIT_FAIL
+        warden.done()
 
 
 if __name__ == "__main__":

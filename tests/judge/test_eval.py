@@ -4,6 +4,7 @@ with a message naming what was caught, or be measured honestly); then unit tests
 import base64
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -269,6 +270,32 @@ def test_a_message_dripped_byte_by_byte_fails_within_the_time_limit(problem, tmp
     assert code == 112 and log["check"] == "fail", out + err
     assert "timed out in the middle of a message" in log["test.0.error"], out + err
     assert took < 2 * 8 + 20, out + err
+
+
+def test_a_killed_judge_leaves_no_worker_running(problem):
+    """A runner that kills eval.py (SIGKILL, past its time limit) gives it no chance to clean up: the
+    judge's warden kills the workers' process groups and removes the sandboxes."""
+    cmd = [sys.executable, str(ROOT / "eval.py"), "test", "--problem", str(problem),
+           "--submission", str(problem / "outlives_a_killed_judge.py")]
+    judge = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line, give_up = "", time.monotonic() + 60
+    while "submission> pids" not in line and time.monotonic() < give_up:
+        if select.select([judge.stdout], [], [], 1)[0]:
+            line = judge.stdout.readline()
+    judge.kill()
+    judge.wait()
+    judge.stdout.close()
+    worker, child, sandbox = line.split("pids", 1)[1].split()
+
+    def running(pid):
+        state = Path(f"/proc/{pid}/stat")
+        return state.exists() and state.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+    give_up = time.monotonic() + 10
+    while (running(worker) or running(child) or Path(sandbox).exists()) and time.monotonic() < give_up:
+        time.sleep(0.1)
+    assert not running(worker) and not running(child), "a worker outlived the judge"
+    assert not Path(sandbox).exists(), "the sandbox outlived the judge"
 
 
 def test_the_run_clock_ends_a_run_before_its_limit():
