@@ -2638,19 +2638,33 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
 # Entry point
 # ---------------------------------------------------------------------------------------------
 class FileGuard:
-    """The problem's files and this harness as they were when the run began: a run during which any of
-    them changed fails, naming them (they are not put back: the change may be a person's edit)."""
+    """The problem's files and this harness as they were when the run began, bytes and metadata, and the
+    interpreter's metadata: a run during which any of them changed fails, naming them (they are not put
+    back: the change may be a person's edit). Metadata too, because Landlock does not rule it: a worker of
+    the files' owner can chmod, chown to a group of its own, set times and extended attributes."""
 
     def __init__(self, problem: Path):
         paths = {Path(__file__).resolve(), ROOT / "utils.py"}
         paths.update(p for p in problem.iterdir() if p.suffix in (".py", ".yml") and p.name != "submission.py")
-        self.saved = {p: p.read_bytes() for p in paths if p.is_file()}
+        self.saved = {p: (p.read_bytes(), self._metadata(p)) for p in paths if p.is_file()}
+        interpreter = Path(sys.executable).resolve() if sys.executable else None
+        if interpreter is not None and interpreter.is_file():
+            self.saved[interpreter] = (None, self._metadata(interpreter))
+
+    @staticmethod
+    def _metadata(path: Path) -> tuple:
+        st = path.stat()
+        try:
+            xattrs = tuple(sorted((name, os.getxattr(path, name)) for name in os.listxattr(path)))
+        except (OSError, AttributeError):  # no extended attributes here
+            xattrs = ()
+        return st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, xattrs
 
     def changed(self) -> list[str]:
         changed = []
-        for path, content in self.saved.items():
+        for path, (content, metadata) in self.saved.items():
             try:
-                same = path.read_bytes() == content
+                same = self._metadata(path) == metadata and (content is None or path.read_bytes() == content)
             except OSError:
                 same = False
             if not same:

@@ -298,6 +298,17 @@ def test_a_killed_judge_leaves_no_worker_running(problem):
     assert not Path(sandbox).exists(), "the sandbox outlived the judge"
 
 
+def test_a_change_to_the_metadata_of_the_judges_files_fails_the_run(problem, tmp_path, one_case):
+    d = tmp_path / "p"
+    shutil.copytree(problem, d)
+    target = d / "reference.py"
+    code, out, err, log, _ = run_eval(d, "test", submission="changes_the_judges_file_modes", extra=[one_case],
+                                      popcorn=True, env={"HOSTILE_TARGET": str(target)})
+    assert oct(target.stat().st_mode & 0o777) == "0o600", out + err  # the change was made
+    assert code == 112 and log["check"] == "fail", out + err
+    assert f"these files of the judge changed during the run: {target}" in out, out + err
+
+
 def test_the_run_clock_ends_a_run_before_its_limit():
     clock = harness.RunClock(3.0, "benchmark_timeout", per_case=False)
     assert 0 < clock.left() <= 3.0 - 0.3  # a reserve to finish the report
