@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import types
 import unittest.mock
 import time
@@ -117,13 +118,25 @@ def run_eval(problem, mode, submission="honest_bf16", extra=(), popcorn=False, e
         fds = (write_fd,)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, pass_fds=fds)
     lines = []
-    if popcorn:
-        os.close(write_fd)
-        with os.fdopen(read_fd) as f:
-            lines = f.read().splitlines()
-        if at_last_line is not None:
-            at_last_line()
-    out, err = proc.communicate(timeout=timeout)
+    try:
+        if popcorn:  # read in a thread, so that a judge that never closes the descriptor fails, not hangs
+            os.close(write_fd)
+
+            def read_all():
+                with os.fdopen(read_fd) as f:
+                    lines.extend(f.read().splitlines())
+
+            reader = threading.Thread(target=read_all, daemon=True)
+            reader.start()
+            reader.join(timeout)
+            assert not reader.is_alive(), f"eval.py kept POPCORN_FD open past {timeout} s"
+            if at_last_line is not None:
+                at_last_line()
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     log = dict(line.split(": ", 1) for line in lines if ": " in line)
     return proc.returncode, out, err, log, lines
 
@@ -244,10 +257,16 @@ def test_memory_an_earlier_run_left_behind_cannot_pass_a_case(problem, tmp_path)
         ballast.unlink(missing_ok=True)
 
 
-def test_a_hang_fails_within_the_time_limit(problem, tmp_path):
+def with_test_timeout(problem, tmp_path, seconds: int):
+    """A copy of the problem whose test mode has a time limit of `seconds`."""
     d = tmp_path / "p"
     shutil.copytree(problem, d)
-    (d / "task.yml").write_text((problem / "task.yml").read_text().replace("test_timeout: 60", "test_timeout: 8"))
+    (d / "task.yml").write_text((problem / "task.yml").read_text().replace("test_timeout: 60", f"test_timeout: {seconds}"))
+    return d
+
+
+def test_a_hang_fails_within_the_time_limit(problem, tmp_path):
+    d = with_test_timeout(problem, tmp_path, 8)
     start = time.monotonic()
     code, out, err, log, _ = run_eval(d, "test", submission="hangs", popcorn=True, timeout=120)
     took = time.monotonic() - start
@@ -261,9 +280,7 @@ def test_a_hang_fails_within_the_time_limit(problem, tmp_path):
 
 
 def test_a_message_dripped_byte_by_byte_fails_within_the_time_limit(problem, tmp_path):
-    d = tmp_path / "p"
-    shutil.copytree(problem, d)
-    (d / "task.yml").write_text((problem / "task.yml").read_text().replace("test_timeout: 60", "test_timeout: 8"))
+    d = with_test_timeout(problem, tmp_path, 8)
     start = time.monotonic()
     code, out, err, log, _ = run_eval(d, "test", submission="drips_a_message", popcorn=True, timeout=120)
     took = time.monotonic() - start
