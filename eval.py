@@ -2658,7 +2658,9 @@ class FileGuard:
             xattrs = tuple(sorted((name, os.getxattr(path, name)) for name in os.listxattr(path)))
         except (OSError, AttributeError):  # no extended attributes here
             xattrs = ()
-        return st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, xattrs
+        # st_ctime_ns: the kernel's own time of the last change to the file, which no process can set
+        # back; it shows a change that was made and undone during the run
+        return st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_ctime_ns, xattrs
 
     def changed(self) -> list[str]:
         changed = []

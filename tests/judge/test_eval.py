@@ -321,7 +321,7 @@ def test_a_change_to_the_metadata_of_the_judges_files_fails_the_run(problem, tmp
     target = d / "reference.py"
     code, out, err, log, _ = run_eval(d, "test", submission="changes_the_judges_file_modes", extra=[one_case],
                                       popcorn=True, env={"HOSTILE_TARGET": str(target)})
-    assert oct(target.stat().st_mode & 0o777) == "0o600", out + err  # the change was made
+    assert "submission>" not in out, out + err  # its changes went through (and were put back)
     assert code == 112 and log["check"] == "fail", out + err
     assert f"these files of the judge changed during the run: {target}" in out, out + err
 
