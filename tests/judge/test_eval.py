@@ -185,12 +185,18 @@ def test_bad_submissions_fail_each_case_and_harness_goes_on(problem, submission,
     assert needle in log["test.0.error"] and needle in out
 
 
-def test_a_case_too_large_for_the_machine_is_skipped_before_it_is_generated(problem, tmp_path):
+def with_input_bytes(problem, tmp_path, kvseqlen: int, nbytes: int):
+    """A copy of the problem whose reference says the case of this kvseqlen has an input of nbytes."""
     d = tmp_path / "p"
     shutil.copytree(problem, d)
-    with open(d / "reference.py", "a") as f:  # this machine's memory against an input of a petabyte
-        f.write("\n_sized = input_bytes\ndef input_bytes(**case):\n"
-                "    return 10**15 if case['kvseqlen'] == 65 else _sized(**case)\n")
+    with open(d / "reference.py", "a") as f:
+        f.write(f"\n_sized = input_bytes\ndef input_bytes(**case):\n"
+                f"    return {nbytes} if case['kvseqlen'] == {kvseqlen} else _sized(**case)\n")
+    return d
+
+
+def test_a_case_too_large_for_the_machine_is_skipped_before_it_is_generated(problem, tmp_path):
+    d = with_input_bytes(problem, tmp_path, 65, 10**15)  # this machine's memory against an input of a petabyte
     for mode in ("test", "benchmark", "leaderboard"):
         code, out, err, log, _ = run_eval(d, mode, popcorn=True)
         key = "test" if mode == "test" else "benchmark"
@@ -211,13 +217,8 @@ def test_memory_the_submission_takes_cannot_get_a_case_skipped(problem, tmp_path
     available = harness.available_memory()
     if available is None or available < 10e9:
         pytest.skip("needs 10 GB of memory available")
-    d = tmp_path / "p"
-    shutil.copytree(problem, d)
     # the second case's input weighs what fits with 2.5 GB to spare, against the memory read now
-    one = int((available - 2.5e9) / harness.HARNESS_MEMORY_FACTOR)
-    with open(d / "reference.py", "a") as f:
-        f.write(f"\n_sized = input_bytes\ndef input_bytes(**case):\n"
-                f"    return {one} if case['kvseqlen'] == 66 else _sized(**case)\n")
+    d = with_input_bytes(problem, tmp_path, 66, int((available - 2.5e9) / harness.HARNESS_MEMORY_FACTOR))
     cases = tmp_path / "two.txt"
     cases.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\nbatchsize: 2; qseqlen: 1; kvseqlen: 66; seed: 12\n")
     code, out, err, log, _ = run_eval(d, "test", submission="takes_memory_to_skip_cases", extra=[str(cases)],
@@ -236,12 +237,8 @@ def test_memory_an_earlier_run_left_behind_cannot_pass_a_case(problem, tmp_path)
     shm = os.statvfs("/dev/shm") if Path("/dev/shm").is_dir() else None
     if available is None or available < 10e9 or shm is None or shm.f_bavail * shm.f_frsize < 5e9:
         pytest.skip("needs 10 GB of memory available and 5 GB free in /dev/shm")
-    d = tmp_path / "p"
-    shutil.copytree(problem, d)
-    one = int((available - 2.5e9) / harness.HARNESS_MEMORY_FACTOR)  # fits now, not with 3 GB less
-    with open(d / "reference.py", "a") as f:
-        f.write(f"\n_sized = input_bytes\ndef input_bytes(**case):\n"
-                f"    return {one} if case['kvseqlen'] == 66 else _sized(**case)\n")
+    # fits now, not with 3 GB less
+    d = with_input_bytes(problem, tmp_path, 66, int((available - 2.5e9) / harness.HARNESS_MEMORY_FACTOR))
     first, later = tmp_path / "first.txt", tmp_path / "later.txt"
     first.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n")
     later.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\nbatchsize: 2; qseqlen: 1; kvseqlen: 66; seed: 12\n")
