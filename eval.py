@@ -2357,17 +2357,23 @@ def _prepare_timed(judge: Judge, clock: "RunClock", args: dict, form_too: bool) 
     return prep
 
 
-def _calibrate_nulls(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: float) -> list:
-    """WARMUP_CALLS timed calls of the worker, then NULL_CALIBRATION null calls that take as long."""
+def _warm_up(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: float) -> float:
+    """WARMUP_CALLS timed calls of the worker; how long the null's calls are to take (their median)."""
     warm = [judge.timed(worker, prep, deadline)[0].device_ns for _ in range(WARMUP_CALLS)]
-    mimic = _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
+    return _median(warm) if all(math.isfinite(x) and x > 0 for x in warm) else 0.0
+
+
+def _calibrate_nulls(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: float) -> list:
+    """The worker warmed up, then NULL_CALIBRATION null calls that take as long as its calls."""
+    mimic = _warm_up(judge, worker, prep, deadline)
     return [judge.null_call(prep, deadline, mimic) for _ in range(NULL_CALIBRATION)]
 
 
 def _timed_checked_call(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: float, i: int,
-                        calls: list, nulls: list) -> str:
+                        calls: list, nulls: list, periodic_nulls: bool = True) -> str:
     """Timed call i of a case: checked, its reported time sane and over the memory floor, appended to
-    calls, with the null calls that keep its kind calibrated appended to nulls. '' or why it failed."""
+    calls, with the null calls that keep its kind calibrated appended to nulls (the periodic ones only if
+    periodic_nulls; compare mode schedules those itself). '' or why it failed."""
     gc.disable()
     try:
         call, returned = judge.timed(worker, prep, deadline)
@@ -2386,9 +2392,15 @@ def _timed_checked_call(judge: Judge, worker: WorkerProcess, prep: Prepared, dea
     kind = [c.device_ns for c in calls if c.early == call.early]
     if call.early and not any(n.early for n in nulls):  # the first call released before it returned
         nulls.extend(judge.null_call(prep, deadline, _median(kind), early=True) for _ in range(NULL_CALIBRATION))
-    if len(calls) % NULL_EVERY == 0:
-        nulls.append(judge.null_call(prep, deadline, _median(kind), early=call.early))
+    if periodic_nulls and len(calls) % NULL_EVERY == 0:
+        _periodic_null(judge, prep, deadline, calls, nulls)
     return ""
+
+
+def _periodic_null(judge: Judge, prep: Prepared, deadline: float, calls: list, nulls: list) -> None:
+    """The null call _timed_checked_call adds after every NULL_EVERY-th call, for a caller that places it."""
+    kind = [c.device_ns for c in calls if c.early == calls[-1].early]
+    nulls.append(judge.null_call(prep, deadline, _median(kind), early=calls[-1].early))
 
 
 def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, ranked: bool,
@@ -2552,9 +2564,22 @@ def _interval(log_mean: float, log_se: float, spread: float) -> str:
     return f"{math.exp(log_mean):.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+_TURNS = (("A", "B"), ("B", "A"))
+
+
+def compare_order(i: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Compare mode's pair i: the order of its two calls, and the null calls after it (one per side, after
+    every NULL_EVERY pairs, never inside a pair). A call right after a null call runs slower, and so does
+    the first null call of two in a row (on two CPU cores the side these fell to read 4 to 10 % slower),
+    so A and B take turns at both: at going first in a pair, in the pair after each block of nulls, and in
+    each block."""
+    block = i // NULL_EVERY
+    return _TURNS[(i + block) % 2], (_TURNS[block % 2] if (i + 1) % NULL_EVERY == 0 else ())
+
+
 def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) -> tuple[str, dict]:
     """A against B on one input: ('', figures) or (why the case failed, {}). Both are checked, then
-    timed in turn (A B, then B A, ...) on the same protocol, each against nulls that take as long as
+    timed in the turns compare_order gives, on the same protocol, each against nulls that take as long as
     its calls; the ratio is the geometric mean of the per-pair ratios of their ranked times."""
     sides = {"A": judge.worker, "B": judge.other}
     for w in (*sides.values(), judge.null):
@@ -2565,13 +2590,21 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
         if not good:
             return f"{name}: {message}", {}
     calls = {name: [] for name in sides}
-    nulls = {name: _calibrate_nulls(judge, w, prep, clock.deadline) for name, w in sides.items()}
+    mimic = {name: _warm_up(judge, w, prep, clock.deadline) for name, w in sides.items()}
+    nulls = {name: [] for name in sides}
+    for k in range(NULL_CALIBRATION):
+        for name in _TURNS[k % 2]:
+            nulls[name].append(judge.null_call(prep, clock.deadline, mimic[name]))
     wall_start, wall_limit = time.perf_counter_ns(), min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
     for i in range(BENCH_MAX_REPEATS if judge.cuda else CPU_MAX_REPEATS):
-        for name in (("A", "B") if i % 2 == 0 else ("B", "A")):
-            problem = _timed_checked_call(judge, sides[name], prep, clock.deadline, i, calls[name], nulls[name])
+        pair, nulls_after = compare_order(i)
+        for name in pair:
+            problem = _timed_checked_call(judge, sides[name], prep, clock.deadline, i, calls[name], nulls[name],
+                                          periodic_nulls=False)
             if problem:
                 return f"{name}: {problem}", {}
+        for name in nulls_after:
+            _periodic_null(judge, prep, clock.deadline, calls[name], nulls[name])
         if i + 1 >= MIN_RUNS:
             _, se = _log_ratio(ranked_times(calls["A"], nulls["A"], judge.cuda),
                                ranked_times(calls["B"], nulls["B"], judge.cuda))

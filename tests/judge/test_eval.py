@@ -394,9 +394,28 @@ def test_compare_tells_a_slower_copy_from_the_same_submission(problem, one_case)
     out, ratio, lo, hi = _compare(problem, "honest_bf16", "slowed", one_case)
     assert lo <= ratio <= hi < 0.9 and "A is faster" in out  # 4 ms more per call, on a call of ~1 ms
     out, ratio, lo, hi = _compare(problem, "honest_bf16", "honest_bf16", one_case)
-    # The same file twice: 1 within a few %. (On a GPU the interval holds 1; on two shared CPU cores the
-    # two worker processes' placement can differ by a few %.)
-    assert 0.9 < ratio < 1.1 and (CUDA is False or lo <= 1.0 <= hi)
+    assert 0.9 < ratio < 1.1 and lo <= 1.0 <= hi and "no difference the run can tell" in out  # the same file twice
+
+
+def test_compare_gives_a_and_b_the_same_turns():
+    """What a call follows changes its time (a null call before it, or one null call before another), so
+    over compare's pairs A and B each come as often first in a pair, right after a null call, and first
+    in a block of null calls."""
+    events = []
+    for i in range(40 * harness.NULL_EVERY):
+        pair, nulls_after = harness.compare_order(i)
+        assert sorted(pair) == ["A", "B"] and sorted(nulls_after) in ([], ["A", "B"])
+        events += [("call", pair[0], "first"), ("call", pair[1], "second")] + [("null", n, "") for n in nulls_after]
+    assert sum(e[0] == "null" for e in events) == 2 * 40  # one of each per NULL_EVERY pairs
+    turns = {}
+    for side in "AB":
+        firsts = [e for e in events if e == ("call", side, "first")]
+        after_null = [b for a, b in zip(events, events[1:]) if a[0] == "null" and b[:2] == ("call", side)]
+        null_first = [b for a, b in zip(events, events[1:]) if a[0] == "call" and b == ("null", side, "")]
+        turns[side] = (len(firsts), len(after_null), len(null_first))
+    assert turns["A"][0] == turns["B"][0] == 20 * harness.NULL_EVERY
+    assert turns["A"][2] == turns["B"][2] == 20
+    assert sorted((turns["A"][1], turns["B"][1])) == [19, 20]  # the last block of nulls ends the run
 
 
 def test_compare_takes_two_submissions():
