@@ -140,6 +140,10 @@ QUIET_PROBE_NS, QUIET_GAP_NS, QUIET_WAIT_S = 4_000_000, 50_000, 2.0
 # slower than this): then the judge releases it and the rest of the call is timed as it runs.
 RETURN_WAIT_S = 0.005
 HOLD_TIMEOUT_NS = 60_000_000_000  # the hold kernel lets go by itself after this, whatever happens
+# How long the judge waits, once it has let the full-SM hold go, for the one-block hold behind it to say
+# it runs (so that the full hold has left the SMs before the judge's own work needs them); past this it
+# goes on regardless (a worker that dropped its holds only slows its own call).
+HOLD_SWAP_WAIT_S = 0.01
 # On a GPU machine both sides poll for the other's next message for this long before they sleep on it:
 # a process woken from sleep takes a time that grows with how long it slept (tens to hundreds of us on
 # a VM), which would otherwise be most of the judge's clock. (On a CPU machine the cores do the work.)
@@ -796,10 +800,15 @@ class _CudaArray:
 # relaxed system-scope loads and nanosleep).
 _PTX_HEADER = ".version 7.0\n.target sm_70\n.address_size 64\n"
 
-# The hold: one launch that fills every SM's thread slots (so no kernel of the worker's, on any stream,
-# can start beside it) and lets go when the judge writes a release count >= target into host memory.
+# The hold: a kernel that lets go when the judge writes a release count >= target into host memory.
+# A timed call is queued behind two of them (hold_targets): one launch that fills every SM's thread slots
+# (so no kernel of the worker's, on any stream, can start beside it while custom_kernel runs on the host),
+# then one block that first writes its target to `announce` (so the judge knows the full hold has left
+# the SMs) and spins while the judge writes the inputs and flushes L2. The GPU takes the SMs from a
+# spinning hold for the judge's work and gives them back; for the full hold that leaves the call behind it
+# ~6 us slower on inputs over ~100 MB (docs/judge.md), for one block it leaves nothing measurable.
 _HOLD_PTX = r"""
-.visible .entry eval_hold(.param .u64 flag, .param .u32 target, .param .u64 timeout_ns)
+.visible .entry eval_hold(.param .u64 flag, .param .u32 target, .param .u64 timeout_ns, .param .u64 announce)
 {
     .reg .pred %p<4>;
     .reg .b32 %r<5>;
@@ -810,6 +819,9 @@ _HOLD_PTX = r"""
     ld.param.u64 %rd0, [flag];
     ld.param.u32 %r1, [target];
     ld.param.u64 %rd1, [timeout_ns];
+    ld.param.u64 %rd5, [announce];
+    setp.eq.u64 %p3, %rd5, 0;
+    @!%p3 st.relaxed.sys.global.u32 [%rd5], %r1;
     mov.u64 %rd2, %globaltimer;
     add.u64 %rd3, %rd2, %rd1;
 POLL:
@@ -827,6 +839,16 @@ DONE:
     ret;
 }
 """
+
+
+# Byte offsets in the release page: the release count the holds poll; the one-block hold's announcement.
+RELEASE_AT, ANNOUNCE_AT = 0, 8
+
+
+def hold_targets(seq: int) -> tuple[int, int]:
+    """Release counts of timed call seq: the full-SM hold lets go at the first, the one-block hold (and so
+    the call) at the second."""
+    return 2 * seq - 1, 2 * seq
 
 
 def hold_grid(torch) -> tuple[int, int]:
@@ -1215,7 +1237,8 @@ class WorkerSession:
         shape, dtype, device = self.null_form
         if self.null_early:
             give_up = time.monotonic() + HOLD_TIMEOUT_NS / 1e9
-            while struct.unpack_from("<i", self.flag, 0)[0] - self.seq < 0 and time.monotonic() < give_up:
+            released = hold_targets(self.seq)[1]
+            while struct.unpack_from("<i", self.flag, RELEASE_AT)[0] - released < 0 and time.monotonic() < give_up:
                 pass
         if self.mimic_ns > 0:
             if self.cuda:
@@ -1267,8 +1290,11 @@ class WorkerSession:
         torch = self.torch
         torch.cuda.synchronize()
         stream = torch.cuda.current_stream()
-        self.driver.launch(self.hold_fn, *self.hold_shape, stream.cuda_stream,
-                           [ctypes.c_uint64(self.flag_dev), ctypes.c_uint32(seq), ctypes.c_uint64(HOLD_TIMEOUT_NS)])
+        full, one_block = hold_targets(seq)
+        for shape, target, announce in ((self.hold_shape, full, 0), ((1, 32), one_block, self.flag_dev + ANNOUNCE_AT)):
+            self.driver.launch(self.hold_fn, *shape, stream.cuda_stream,
+                               [ctypes.c_uint64(self.flag_dev + RELEASE_AT), ctypes.c_uint32(target),
+                                ctypes.c_uint64(HOLD_TIMEOUT_NS), ctypes.c_uint64(announce)])
         self.start_event.record(stream)
         t0 = time.perf_counter_ns()
         out = self.kernel()(self.data)
@@ -1521,7 +1547,8 @@ class WorkerProcess:
         cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), script, "--worker", str(child.fileno()),
                str(self.flag_fd if self.flag_fd is not None else -1), self.role] + (["ncu"] * self.sandbox.under_ncu)
         if self.flag is not None:
-            struct.pack_into("<i", self.flag, 0, 0)
+            struct.pack_into("<i", self.flag, RELEASE_AT, 0)
+            struct.pack_into("<i", self.flag, ANNOUNCE_AT, 0)
         self.proc = subprocess.Popen(cmd, cwd=self.sandbox.dir, env=self.sandbox.env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=fds,
                                      start_new_session=True)
@@ -1655,13 +1682,23 @@ class WorkerProcess:
         return f"the worker process {what} (exit code {code}) while running the submission"
 
     def release(self, seq: int, stream_ordered: bool = True) -> None:
-        """Lets the worker's hold for call `seq` go: stream-ordered after the judge's GPU work so far,
-        or at once from the host."""
+        """Lets both of the worker's holds for call `seq` go: stream-ordered after the judge's GPU work so
+        far, or at once from the host."""
+        released = hold_targets(seq)[1]
         if stream_ordered:
-            self.release_value.fill_(seq)
+            self.release_value.fill_(released)
             self.flag_tensor.copy_(self.release_value, non_blocking=True)
         else:
-            struct.pack_into("<i", self.flag, 0, seq)
+            struct.pack_into("<i", self.flag, RELEASE_AT, released)
+
+    def swap_holds(self, seq: int) -> None:
+        """Lets the full-SM hold of call `seq` go, and waits (HOLD_SWAP_WAIT_S at most) until the one-block
+        hold behind it runs: the judge's work that follows then takes the SMs from one block, not from all."""
+        full, one_block = hold_targets(seq)
+        struct.pack_into("<i", self.flag, RELEASE_AT, full)
+        give_up = time.monotonic() + HOLD_SWAP_WAIT_S
+        while struct.unpack_from("<i", self.flag, ANNOUNCE_AT)[0] != one_block and time.monotonic() < give_up:
+            pass
 
     def stop(self) -> None:
         if self.proc is None:
@@ -2049,13 +2086,15 @@ class Judge:
             worker.release(seq, stream_ordered=False)
             raise
         early = enqueued is None
-        # All on the judge's stream, no host in between: the first stamp; the call's inputs; L2 flushed
-        # and left clean; the release (the worker's kernels start right after it, with nothing of the
-        # inputs in L2); then, once the worker's "staged" event has fired, the second stamp and the
-        # output's bytes copied into the judge's hands. The clock starts before the inputs exist: work
-        # that the worker's context does with them before the release (its kernels time-slice with the
-        # judge's on the GPU) is on the judge's clock too.
+        # The full-SM hold goes, the one-block hold behind it spins. Then all on the judge's stream, no
+        # host in between: the first stamp; the call's inputs; L2 flushed and left clean; the release (the
+        # worker's kernels start right after it, with nothing of the inputs in L2); then, once the worker's
+        # "staged" event has fired, the second stamp and the output's bytes copied into the judge's hands.
+        # The clock starts before the inputs exist: work that the worker's context does with them before
+        # the release, on any stream (its kernels time-slice with the judge's on the GPU), is on the
+        # judge's clock too.
         stream = torch.cuda.current_stream()
+        worker.swap_holds(seq)
         t_start = now()  # a late call's clock (host): from here too, before its inputs exist
         self._stamp(0)
         prep.layout.write(views)

@@ -31,6 +31,9 @@ the same custom_kernel call, interleaved call by call, with the inputs placed an
 - held+ce-turn, held+ce-write+turn: as held+turn and held+write+turn, the second process's work on its
   copy engines only (the flush a device-to-host copy of twice the L2, the write a device-to-device copy
   of the inputs), no kernel in its context: does it still take the SMs from the hold?
+- tiny-held+write+turn: as held+write+turn, the hold one block of 32 threads;
+- two-phase+write+turn: the full-SM hold lets go first (while the host would enqueue the call), then a
+  one-block hold spins while the second process rewrites the inputs and flushes, then lets go.
 
     python tools/placement_probe.py [--problem problems/paged_mqa_logits] [--cases 0,3,6] [--reps 20]
                                     [--out docs/placement_probe_h200.md]
@@ -54,7 +57,8 @@ import problem_loader  # noqa: E402
 VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold", "held-1ms", "held+turn", "held+write+turn", "held+turn+flush",
             "held+turn+touch", "held+turn+flush1x", "ipc-flush1x", "slim-held+turn",
             "rev-held+write+turn", "rev-held+write+turn+flush",
-            "vmm-held+write+turn", "vmm-held+write+turn+flush", "held+ce-turn", "held+ce-write+turn")
+            "vmm-held+write+turn", "vmm-held+write+turn+flush", "held+ce-turn", "held+ce-write+turn",
+            "tiny-held+write+turn", "two-phase+write+turn")
 
 
 def arena_copy(harness, data):
@@ -161,7 +165,7 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
 class FlagHold:
     """eval.py's hold: a kernel over every SM's thread slots that spins until a host word reaches a value."""
 
-    def __init__(self, harness, slim=False):
+    def __init__(self, harness, slim=False, tiny=False):
         import torch
 
         torch.zeros(1, device="cuda")  # the primary context current before the driver calls
@@ -172,7 +176,36 @@ class FlagHold:
         self.shape = harness.hold_grid(torch)
         if slim:
             self.shape = (torch.cuda.get_device_properties(0).multi_processor_count * 32, 32)
+        if tiny:
+            self.shape = (1, 32)
         self.seq = 0
+
+    def launch(self, target: int, shape=None) -> None:
+        import torch
+
+        self.driver.launch(self.fn, *(shape or self.shape), torch.cuda.current_stream().cuda_stream,
+                           [ctypes.c_uint64(self.dev), ctypes.c_uint32(target), ctypes.c_uint64(10_000_000_000),
+                            ctypes.c_uint64(0)])
+
+    def two_phase_gpu_us(self, fn, before_release) -> float:
+        """The full hold, then a one-block hold, then the call: the full hold lets go, then before_release()
+        runs on the host while the one-block hold spins, then that lets go."""
+        import torch
+
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        self.seq += 2
+        self.launch(self.seq - 1)
+        self.launch(self.seq, (1, 32))
+        start.record()
+        fn()
+        end.record()
+        struct.pack_into("<i", self.page, 0, self.seq - 1)
+        _spin_host(100e-6)  # the full hold's blocks see it and leave the SMs
+        before_release()
+        struct.pack_into("<i", self.page, 0, self.seq)
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) * 1e3
 
     def gpu_us(self, fn, flush) -> float:
         import torch
@@ -183,7 +216,7 @@ class FlagHold:
         self.seq += 1
         stream = torch.cuda.current_stream().cuda_stream
         self.driver.launch(self.fn, *self.shape, stream, [ctypes.c_uint64(self.dev), ctypes.c_uint32(self.seq),
-                                                          ctypes.c_uint64(10_000_000_000)])
+                                                          ctypes.c_uint64(10_000_000_000), ctypes.c_uint64(0)])
         start.record()
         fn()
         end.record()
@@ -201,7 +234,7 @@ class FlagHold:
         self.seq += 1
         stream = torch.cuda.current_stream().cuda_stream
         self.driver.launch(self.fn, *self.shape, stream, [ctypes.c_uint64(self.dev), ctypes.c_uint32(self.seq),
-                                                          ctypes.c_uint64(10_000_000_000)])
+                                                          ctypes.c_uint64(10_000_000_000), ctypes.c_uint64(0)])
         if settle is not None:
             settle()
         start.record()
@@ -219,7 +252,8 @@ def _spin_host(seconds: float) -> None:
         pass
 
 
-def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, slim: FlagHold) -> dict:
+def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, slim: FlagHold, tiny: FlagHold,
+               variants: tuple) -> dict:
     import torch
 
     kernel = mods.submission.custom_kernel
@@ -286,17 +320,19 @@ def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, sli
     }
     timers["held+ce-turn"] = lambda: hold.held_gpu_us(lambda: kernel(in_ipc), lambda: other("ce-flush"))
     timers["held+ce-write+turn"] = lambda: hold.held_gpu_us(lambda: kernel(in_ipc), lambda: other("ce-write+flush"))
+    timers["tiny-held+write+turn"] = lambda: tiny.held_gpu_us(lambda: kernel(in_ipc), lambda: other("write+flush"))
+    timers["two-phase+write+turn"] = lambda: hold.two_phase_gpu_us(lambda: kernel(in_ipc), lambda: other("write+flush"))
     if in_vmm is None:
         for v in ("vmm-held+write+turn", "vmm-held+write+turn+flush"):
             timers[v] = lambda: float("nan")
     reference_out = kernel(fresh).clone()
     same = all(torch.equal(kernel(d), reference_out) for d in (in_arena, in_ipc, in_vmm) if d is not None)
     for _ in range(3):  # compiled, routed and warm
-        for timer in timers.values():
-            timer()
-    times = {v: [] for v in VARIANTS}
+        for v in variants:
+            timers[v]()
+    times = {v: [] for v in variants}
     for _ in range(reps):
-        for v in VARIANTS:
+        for v in variants:
             times[v].append(timers[v]())
     parent.send("exit")
     owner.join(timeout=30)
@@ -308,13 +344,18 @@ def main():
     parser.add_argument("--problem", default=".")
     parser.add_argument("--cases", help="benchmark case indices, comma-separated (default: all)")
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--variants", help="placements to time, comma-separated (default: all)")
     parser.add_argument("--out", help="results file to append this run's output to (a fenced block)")
     args = parser.parse_args()
     mods = problem_loader.load(args.problem)
     import eval as harness
 
     cases = mods.cases if not args.cases else [mods.cases[int(i)] for i in args.cases.split(",")]
-    hold, slim = FlagHold(harness), FlagHold(harness, slim=True)
+    variants = tuple(args.variants.split(",")) if args.variants else VARIANTS
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variants {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
+    hold, slim, tiny = FlagHold(harness), FlagHold(harness, slim=True), FlagHold(harness, tiny=True)
     lines = []
 
     def say(text: str) -> None:
@@ -324,12 +365,12 @@ def main():
     say(problem_loader.results_stamp("python tools/placement_probe.py " + " ".join(sys.argv[1:])))
     rows = []
     for case in cases:
-        r = probe_case(args.problem, mods, harness, case, args.reps, hold, slim)
-        say(f"{case.spec}: same output {r['same']}; " + ", ".join(f"{v} {r[v]:.2f}" for v in VARIANTS))
-        rows.append((case.spec, *(r[v] for v in VARIANTS)))
+        r = probe_case(args.problem, mods, harness, case, args.reps, hold, slim, tiny, variants)
+        say(f"{case.spec}: same output {r['same']}; " + ", ".join(f"{v} {r[v]:.2f}" for v in variants))
+        rows.append((case.spec, *(r[v] for v in variants)))
     table = io.StringIO()
     with contextlib.redirect_stdout(table):
-        problem_loader.print_case_table(VARIANTS, rows)
+        problem_loader.print_case_table(variants, rows)
     say("GPU time, median us\n" + table.getvalue().rstrip("\n"))
     if args.out:
         with open(args.out, "a") as f:

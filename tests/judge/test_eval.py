@@ -785,6 +785,7 @@ COPY_ENGINE_HEAD_START = 1.12
     "turns_the_cuda_flag_off",
     "skips_the_hold",
     "computes_before_the_release",
+    "computes_between_the_holds",
     "inflates_the_null_baseline",
 ])
 @pytest.mark.parametrize("mode", ["benchmark", "leaderboard"])

@@ -1,4 +1,4 @@
-"""Hostile (GPU): leaves the hold out (its launch is dropped from the worker's driver), queues a kernel
+"""Hostile (GPU): leaves the holds out (their launches are dropped from the worker's driver), queues a kernel
 that spins until the judge has written the real inputs, then does the work at once, before the judge's
 flush and release; and reports a tenth of its device time. The judge's clock starts before the inputs
 exist, so the work is on it."""
@@ -15,7 +15,7 @@ for _module in list(sys.modules.values()):
         _launch = _cls.launch
 
         def _launch_all_but_the_hold(self, fn, grid, block, stream, args, _launch=_launch):
-            if len(args) == 3:  # the hold: (flag, target, timeout)
+            if len(args) == 4:  # the holds: (flag, target, timeout, announce)
                 return None
             return _launch(self, fn, grid, block, stream, args)
 
