@@ -3,6 +3,16 @@ that a call is asynchronous as a fast path is (the reference reads indptr on the
 spins ~0.2 ms on the GPU: long enough for the judge's clock, which resolves tens of microseconds across
 two processes. The GPU hostile submissions build on it."""
 import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def wait_while_equal(ptr, poison):
+    """Spins on the GPU while *ptr holds poison (the judge's value for inputs not written yet)."""
+    v = tl.load(ptr, volatile=True)
+    while v == poison:
+        v = tl.load(ptr, volatile=True)
 
 
 def attention(data):
