@@ -30,8 +30,8 @@ the worker and checked against the judge's own clock (docs/judge.md, "What the j
 
 Runner protocol: when POPCORN_FD names an open file descriptor, results are also written there as
 `key: value` lines (check, test-count, test.N.spec/status/error/message, benchmark-count,
-benchmark.N.spec/runs/mean/std/err/best/worst/host/floor/judge/early/stragglers, times in ns). POPCORN_SEED, if
-set, is combined with every case's seed. Exit codes: 0 all passed, 112 something failed, 111
+benchmark.N.spec/runs/mean/std/err/best/worst/host/floor/judge/early/stragglers/late_holds, times in ns).
+POPCORN_SEED, if set, is combined with every case's seed. Exit codes: 0 all passed, 112 something failed, 111
 POPCORN_FD is not an open descriptor, 113 the tests file or task.yml is malformed, 2 bad command line.
 
 task.yml's time limit for the mode (test_timeout, benchmark_timeout, ranked_timeout) is the whole
@@ -139,10 +139,11 @@ QUIET_PROBE_NS, QUIET_GAP_NS, QUIET_WAIT_S = 4_000_000, 50_000, 2.0
 # How long the GPU stays held for a call that has not returned (one that synchronises, or a host path
 # slower than this): then the judge releases it and the rest of the call is timed as it runs.
 RETURN_WAIT_S = 0.005
-HOLD_TIMEOUT_NS = 60_000_000_000  # the hold kernel lets go by itself after this, whatever happens
+HOLD_TIMEOUT_NS = 60_000_000_000  # each hold lets go by itself this long after it starts, whatever happens
 # How long the judge waits, once it has let the full-SM hold go, for the one-block hold behind it to say
 # it runs (so that the full hold has left the SMs before the judge's own work needs them); past this it
-# goes on regardless (a worker that dropped its holds only slows its own call).
+# goes on regardless, and the report counts such calls (`late_holds`). The wait is before the judge's
+# clock starts: it costs the run wall time, not a call time.
 HOLD_SWAP_WAIT_S = 0.01
 # On a GPU machine both sides poll for the other's next message for this long before they sleep on it:
 # a process woken from sleep takes a time that grows with how long it slept (tens to hundreds of us on
@@ -1529,6 +1530,7 @@ class WorkerProcess:
         self.mapped = None
         self.arena = self.result = None  # its own regions: no two workers see each other's inputs or outputs
         self.confinement = []
+        self.late_holds = 0  # timed calls whose one-block hold did not say it ran in time (swap_holds)
         self.flag_fd = self.flag = None
         if hasattr(os, "memfd_create"):  # the release count the GPU hold polls, shared with the worker
             self.flag_fd = os.memfd_create(f"eval-{role}-release", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -1567,7 +1569,7 @@ class WorkerProcess:
             import torch
 
             driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.flag)), 4096)
-            self.flag_tensor = torch.frombuffer(self.flag, dtype=torch.int32, count=1)
+            self.flag_tensor = torch.frombuffer(self.flag, dtype=torch.int32, count=1, offset=RELEASE_AT)
             self.release_value = torch.zeros(1, dtype=torch.int32, device="cuda")
             self.staged_event = torch.cuda.Event(blocking=False, enable_timing=False, interprocess=True)
 
@@ -1691,14 +1693,17 @@ class WorkerProcess:
         else:
             struct.pack_into("<i", self.flag, RELEASE_AT, released)
 
-    def swap_holds(self, seq: int) -> None:
+    def swap_holds(self, seq: int) -> bool:
         """Lets the full-SM hold of call `seq` go, and waits (HOLD_SWAP_WAIT_S at most) until the one-block
-        hold behind it runs: the judge's work that follows then takes the SMs from one block, not from all."""
+        hold behind it runs: the judge's work that follows then takes the SMs from one block, not from all.
+        Whether it did run in time."""
         full, one_block = hold_targets(seq)
         struct.pack_into("<i", self.flag, RELEASE_AT, full)
         give_up = time.monotonic() + HOLD_SWAP_WAIT_S
-        while struct.unpack_from("<i", self.flag, ANNOUNCE_AT)[0] != one_block and time.monotonic() < give_up:
-            pass
+        while struct.unpack_from("<i", self.flag, ANNOUNCE_AT)[0] != one_block:
+            if time.monotonic() > give_up:
+                return False
+        return True
 
     def stop(self) -> None:
         if self.proc is None:
@@ -2094,7 +2099,8 @@ class Judge:
         # the release, on any stream (its kernels time-slice with the judge's on the GPU), is on the
         # judge's clock too.
         stream = torch.cuda.current_stream()
-        worker.swap_holds(seq)
+        if not worker.swap_holds(seq):
+            worker.late_holds += 1
         t_start = now()  # a late call's clock (host): from here too, before its inputs exist
         self._stamp(0)
         prep.layout.write(views)
@@ -2458,6 +2464,7 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     repeats = repeats if judge.cuda else min(repeats, CPU_MAX_REPEATS)
     wall_start = time.perf_counter_ns()
     wall_limit = min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
+    late_holds = judge.worker.late_holds
     for i in range(repeats):
         if ranked:  # a fresh input from a secret seed: nothing of it exists before this call
             prep = _prepare_timed(judge, clock, dict(case.args, seed=secrets.randbits(63)), form_too=False)
@@ -2486,6 +2493,7 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     stats["judge"] = sum(c.device_ns for c in kept) / len(kept) + overhead_gap(kept, nulls)
     stats["early"] = sum(c.early for c in calls)
     stats["stragglers"] = len(calls) - len(kept)
+    stats["late_holds"] = judge.worker.late_holds - late_holds
     return ""
 
 
@@ -2541,6 +2549,11 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
             notes.append(f"case {i}: {result['early']} of {result['runs']} calls had not returned "
                          f"{RETURN_WAIT_S * 1e3:g} ms after they were made (custom_kernel waits on the GPU, or its "
                          f"host path is slower): those are timed on the judge's clock as they ran, host time included")
+        if result["late_holds"]:
+            notes.append(f"case {i}: in {result['late_holds']} calls the one-block hold did not run within "
+                         f"{HOLD_SWAP_WAIT_S * 1e3:g} ms of the full-SM hold's release (kernels of the submission's on "
+                         f"other streams held the SMs, or the holds were dropped): the judge's work then took the SMs "
+                         f"from whatever held them, which slows the call that follows")
     if failed:
         return Outcome(False, [*notes, f"\n{len(failed)} of {len(cases)} cases failed ({', '.join(map(str, failed))}): "
                                        f"no score"])

@@ -174,34 +174,37 @@ class FlagHold:
         self.dev = self.driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.page)), 4096)
         self.fn = self.driver.function(harness._HOLD_PTX, "eval_hold")
         self.shape = harness.hold_grid(torch)
+        self.announce_at = harness.ANNOUNCE_AT
         if slim:
             self.shape = (torch.cuda.get_device_properties(0).multi_processor_count * 32, 32)
         if tiny:
             self.shape = (1, 32)
         self.seq = 0
 
-    def launch(self, target: int, shape=None) -> None:
+    def launch(self, target: int, shape=None, announce: int = 0) -> None:
         import torch
 
         self.driver.launch(self.fn, *(shape or self.shape), torch.cuda.current_stream().cuda_stream,
                            [ctypes.c_uint64(self.dev), ctypes.c_uint32(target), ctypes.c_uint64(10_000_000_000),
-                            ctypes.c_uint64(0)])
+                            ctypes.c_uint64(announce)])
 
     def two_phase_gpu_us(self, fn, before_release) -> float:
-        """The full hold, then a one-block hold, then the call: the full hold lets go, then before_release()
-        runs on the host while the one-block hold spins, then that lets go."""
+        """eval.py's two holds: the full hold, then a one-block hold, then the call. The full hold lets go;
+        once the one-block hold says it runs, before_release() runs on the host; then that lets go."""
         import torch
 
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         self.seq += 2
         self.launch(self.seq - 1)
-        self.launch(self.seq, (1, 32))
+        self.launch(self.seq, (1, 32), announce=self.dev + self.announce_at)
         start.record()
         fn()
         end.record()
         struct.pack_into("<i", self.page, 0, self.seq - 1)
-        _spin_host(100e-6)  # the full hold's blocks see it and leave the SMs
+        give_up = time.perf_counter() + 0.01
+        while struct.unpack_from("<i", self.page, self.announce_at)[0] != self.seq and time.perf_counter() < give_up:
+            pass
         before_release()
         struct.pack_into("<i", self.page, 0, self.seq)
         torch.cuda.synchronize()

@@ -347,6 +347,7 @@ def test_benchmark_mode_reports_stats(problem):
         assert int(log[f"benchmark.{i}.runs"]) >= harness.MIN_RUNS
         assert 0 < float(log[f"benchmark.{i}.best"]) <= float(log[f"benchmark.{i}.mean"]) <= float(log[f"benchmark.{i}.worst"])
         assert float(log[f"benchmark.{i}.judge"]) > 0  # the judge's own estimate of the mean
+        assert log[f"benchmark.{i}.late_holds"] == "0"
     assert "geometric mean of the means (ranking score)" in out
     assert "geometric mean of the best calls (not ranked)" in out
     assert "agree with the judge's clock" in out
@@ -840,6 +841,7 @@ def test_an_asynchronous_submission_is_timed_on_the_device_clock(problem, one_ca
                                       popcorn=True)
     assert code == 0, out + err
     assert int(log["benchmark.0.early"]) == 0 and "on the judge's clock as they ran" not in out
+    assert int(log["benchmark.0.late_holds"]) == 0, out  # its one-block hold ran each time (the judge waited on it)
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU")
@@ -847,6 +849,7 @@ def test_a_submission_that_synchronises_is_timed_as_it_runs(problem, one_case):
     code, out, err, log, _ = run_eval(problem, "benchmark", submission="honest_bf16", extra=[one_case], popcorn=True)
     assert code == 0, out + err  # the reference reads indptr on the host: it waits on the GPU inside the call
     assert int(log["benchmark.0.early"]) == int(log["benchmark.0.runs"]) and "on the judge's clock as they ran" in out
+    assert int(log["benchmark.0.late_holds"]) == 0, out
 
 
 @pytest.mark.skipif(not CUDA, reason="needs a GPU")
