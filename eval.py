@@ -1548,14 +1548,13 @@ class WorkerProcess:
         # -P (Python 3.11+): no script folder on sys.path, which for the sealed copy would be "/"
         cmd = [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), script, "--worker", str(child.fileno()),
                str(self.flag_fd if self.flag_fd is not None else -1), self.role] + (["ncu"] * self.sandbox.under_ncu)
-        if self.flag is not None:
-            struct.pack_into("<i", self.flag, RELEASE_AT, 0)
-            struct.pack_into("<i", self.flag, ANNOUNCE_AT, 0)
         self.proc = subprocess.Popen(cmd, cwd=self.sandbox.dir, env=self.sandbox.env, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=fds,
                                      start_new_session=True)
         child.close()
-        self.sock, self.seq, self.mapped, self.ticket = parent, 0, None, None
+        # seq goes on counting across restarts, and the release page keeps its counts: a release of the last
+        # worker's still queued on the judge's stream can then never let a new worker's holds go early.
+        self.sock, self.mapped, self.ticket = parent, None, None
         WorkerProcess.live.add(self.proc.pid)
         if WorkerProcess.warden is not None:
             WorkerProcess.warden.tell(f"group {self.proc.pid}")
