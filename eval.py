@@ -844,6 +844,7 @@ DONE:
 
 # Byte offsets in the release page: the release count the holds poll; the one-block hold's announcement.
 RELEASE_AT, ANNOUNCE_AT = 0, 8
+ONE_BLOCK_HOLD = (1, 32)  # (blocks, threads a block) of the hold the judge's work takes the SMs from
 
 
 def hold_targets(seq: int) -> tuple[int, int]:
@@ -1292,7 +1293,8 @@ class WorkerSession:
         torch.cuda.synchronize()
         stream = torch.cuda.current_stream()
         full, one_block = hold_targets(seq)
-        for shape, target, announce in ((self.hold_shape, full, 0), ((1, 32), one_block, self.flag_dev + ANNOUNCE_AT)):
+        for shape, target, announce in ((self.hold_shape, full, 0),
+                                        (ONE_BLOCK_HOLD, one_block, self.flag_dev + ANNOUNCE_AT)):
             self.driver.launch(self.hold_fn, *shape, stream.cuda_stream,
                                [ctypes.c_uint64(self.flag_dev + RELEASE_AT), ctypes.c_uint32(target),
                                 ctypes.c_uint64(HOLD_TIMEOUT_NS), ctypes.c_uint64(announce)])

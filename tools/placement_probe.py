@@ -174,19 +174,20 @@ class FlagHold:
         self.dev = self.driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.page)), 4096)
         self.fn = self.driver.function(harness._HOLD_PTX, "eval_hold")
         self.shape = harness.hold_grid(torch)
-        self.announce_at = harness.ANNOUNCE_AT
+        self.one_block = harness.ONE_BLOCK_HOLD
+        self.release_at, self.announce_at = harness.RELEASE_AT, harness.ANNOUNCE_AT
         if slim:
             self.shape = (torch.cuda.get_device_properties(0).multi_processor_count * 32, 32)
         if tiny:
-            self.shape = (1, 32)
+            self.shape = self.one_block
         self.seq = 0
 
     def launch(self, target: int, shape=None, announce: int = 0) -> None:
         import torch
 
         self.driver.launch(self.fn, *(shape or self.shape), torch.cuda.current_stream().cuda_stream,
-                           [ctypes.c_uint64(self.dev), ctypes.c_uint32(target), ctypes.c_uint64(10_000_000_000),
-                            ctypes.c_uint64(announce)])
+                           [ctypes.c_uint64(self.dev + self.release_at), ctypes.c_uint32(target),
+                            ctypes.c_uint64(10_000_000_000), ctypes.c_uint64(announce)])
 
     def two_phase_gpu_us(self, fn, before_release) -> float:
         """eval.py's two holds: the full hold, then a one-block hold, then the call. The full hold lets go;
@@ -197,16 +198,16 @@ class FlagHold:
         torch.cuda.synchronize()
         self.seq += 2
         self.launch(self.seq - 1)
-        self.launch(self.seq, (1, 32), announce=self.dev + self.announce_at)
+        self.launch(self.seq, self.one_block, announce=self.dev + self.announce_at)
         start.record()
         fn()
         end.record()
-        struct.pack_into("<i", self.page, 0, self.seq - 1)
+        struct.pack_into("<i", self.page, self.release_at, self.seq - 1)
         give_up = time.perf_counter() + 0.01
         while struct.unpack_from("<i", self.page, self.announce_at)[0] != self.seq and time.perf_counter() < give_up:
             pass
         before_release()
-        struct.pack_into("<i", self.page, 0, self.seq)
+        struct.pack_into("<i", self.page, self.release_at, self.seq)
         torch.cuda.synchronize()
         return start.elapsed_time(end) * 1e3
 
@@ -217,13 +218,11 @@ class FlagHold:
         torch.cuda.synchronize()
         flush()
         self.seq += 1
-        stream = torch.cuda.current_stream().cuda_stream
-        self.driver.launch(self.fn, *self.shape, stream, [ctypes.c_uint64(self.dev), ctypes.c_uint32(self.seq),
-                                                          ctypes.c_uint64(10_000_000_000), ctypes.c_uint64(0)])
+        self.launch(self.seq)
         start.record()
         fn()
         end.record()
-        struct.pack_into("<i", self.page, 0, self.seq)
+        struct.pack_into("<i", self.page, self.release_at, self.seq)
         torch.cuda.synchronize()
         return start.elapsed_time(end) * 1e3
 
@@ -235,16 +234,14 @@ class FlagHold:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         self.seq += 1
-        stream = torch.cuda.current_stream().cuda_stream
-        self.driver.launch(self.fn, *self.shape, stream, [ctypes.c_uint64(self.dev), ctypes.c_uint32(self.seq),
-                                                          ctypes.c_uint64(10_000_000_000), ctypes.c_uint64(0)])
+        self.launch(self.seq)
         if settle is not None:
             settle()
         start.record()
         fn()
         end.record()
         before_release()
-        struct.pack_into("<i", self.page, 0, self.seq)
+        struct.pack_into("<i", self.page, self.release_at, self.seq)
         torch.cuda.synchronize()
         return start.elapsed_time(end) * 1e3
 
