@@ -1,4 +1,4 @@
-"""Hostile (CPU): its first run leaves 3 GB in /dev/shm (tmpfs: memory the machine counts as used until
+"""Hostile (CPU): its first run leaves 4 GB in /dev/shm (tmpfs: memory the machine counts as used until
 the file is removed) and answers right; a later run finds the file there and returns zeros on the case
 with kvseqlen 66. Weighed against the memory the machine has when that run begins, the case is skipped;
 a skipped case makes the run fail, so what an earlier run left behind cannot pass a wrong answer."""
@@ -12,7 +12,7 @@ BALLAST = "/dev/shm/eval-hostile-ballast"
 _LATER_RUN = os.path.exists(BALLAST)
 if not _LATER_RUN:
     with open(BALLAST, "wb") as f:
-        for _ in range(3 * 16):
+        for _ in range(4 * 16):
             f.write(b"\1" * (64 << 20))  # written, so its pages exist
 
 
