@@ -4,13 +4,15 @@ Per benchmark shape: correctness against exact fp32 attention over the KV format
 reads (relative L2 error, and reference.check_implementation), then the time of one
 custom_kernel call (GPU time as eval.py ranks it: the judge's L2 flush, the call queued behind a
 hold; median of --reps), achieved bandwidth for the bytes that must move
-(cache in that format + q + output) against 4.2 TB/s, the reference's time, and geometric
-means. Also dumps the SASS of every compiled kernel and counts UTMALDG / HGMMA / QGMMA / HMMA.
+(cache in that format + q + output) against 4.2 TB/s, FlashMLA's time on the same input and clock
+where `flash_mla` imports (tools/peers.py), the reference's time, and geometric means; then a picture of
+the table (tools/results_plot.py). Also dumps the SASS of every compiled kernel and counts UTMALDG /
+HGMMA / QGMMA / HMMA.
 
-    python tools/bench_mla.py [--out tools/results_mla_h200.md] [--sass FILE] [--reps 20]
+    python tools/bench_mla.py [--out tools/results_mla_h200.md] [--plot tools/results_mla_h200.png]
+                              [--sass FILE] [--reps 20] [--no-ref] [--no-peer]
 """
 import argparse
-import datetime
 import math
 import os
 import subprocess
@@ -28,7 +30,9 @@ import reference as R  # noqa: E402
 import submission as S  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from problem_loader import median_gpu_us  # noqa: E402
+import peers  # noqa: E402
+import results_plot  # noqa: E402
+from problem_loader import median_gpu_us, results_stamp  # noqa: E402
 
 SHAPES = [(b, kv, 1) for b in (4, 32, 64, 256) for kv in (1024, 8192)]
 PEAK_BW = 4.2e12
@@ -163,46 +167,76 @@ def run_shape(batch, kv, qlen, reps, seed=1234):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "tools", "results_mla_h200.md"))
+    ap.add_argument("--plot", default=os.path.join(ROOT, "tools", "results_mla_h200.png"),
+                    help="the picture of the table (needs matplotlib)")
     ap.add_argument("--sass", default=None, help="file to write the SASS of every kernel to")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-ref", action="store_true")
+    ap.add_argument("--no-peer", action="store_true", help="leave FlashMLA out")
     args = ap.parse_args()
     lines = []
-    dev = torch.cuda.get_device_name()
-    hdr = (f"# MLA decode results\n\n{datetime.datetime.now().isoformat(timespec='seconds')}, {dev}, "
-           f"torch {torch.__version__}, triton {triton.__version__}; `python tools/bench_mla.py`. ms: median GPU "
-           f"time of {args.reps} calls as eval.py ranks it (the judge's L2 flush before each, the call queued "
-           f"behind a hold)\n\n"
-           "| batch | kv | plan (fmt, BN, splits, warps, stages, kernel) | rel L2 err | check | ms | GB/s | of 4.2 TB/s | ref ms |\n"
-           "|---|---|---|---|---|---|---|---|---|")
+    stamp = results_stamp("python tools/bench_mla.py")
+    hdr = (f"# MLA decode results\n\n{stamp}. ms: median GPU time of {args.reps} calls as eval.py ranks it (the "
+           "judge's L2 flush before each, the call queued behind a hold); floor: the bytes the plan's format "
+           "must move (cache, q, output) at 4.2 TB/s; FlashMLA: its SM90 dense decode of the bf16 cache on the "
+           "same input and clock, scheduling metadata made before timing (tools/peers.py)\n\n"
+           "| batch | kv | plan (fmt, BN, splits, warps, stages, kernel) | rel L2 err | check | ms | floor ms | "
+           "floor / ms | GB/s | FlashMLA ms | FlashMLA rel L2 | ms / FlashMLA | ref ms |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines.append(hdr)
     print(hdr)
-    logs, refs = [], []
+    rows = []  # (shape label, ours ms, its floor ms, peer ms, ref ms, peer's floor ms, problem's floor ms)
+    peer_note = "FlashMLA: not timed (--no-peer)" if args.no_peer else ""
     checks = ragged_checks()
     print("\n".join(checks))
     for batch, kv, qlen in SHAPES:
         data, plan, err, ok, ms = run_shape(batch, kv, qlen, args.reps)
-        gbs = bytes_moved(data, plan[0]) / (ms * 1e-3) / 1e9
+        moved = bytes_moved(data, plan[0])
+        floor_ms = moved / PEAK_BW * 1e3
+        peer_ms, peer_err = float("nan"), float("nan")
+        if not args.no_peer:
+            try:  # a peer that fails costs its column, never the table
+                peer, why = peers.mla_peer(data)
+                if peer is None:
+                    peer_note = f"FlashMLA: not timed, {why}"
+                else:
+                    peer_err = R.compare(peer.call(), R.exact_attention(
+                        data[0], R.dequantize_cache(data[1], "bf16"), data[2], data[3], data[4]["sm_scale"]))["rel_l2"]
+                    peer_ms = time_call(peer.call, args.reps)
+            except Exception as e:
+                peer_note = f"FlashMLA: failed on {batch} x {kv}: {type(e).__name__}: {str(e)[:200]}"
+                print(peer_note, flush=True)
         ref_ms = float("nan")
         if not args.no_ref:
             ref_ms = time_call(lambda d=data: R.ref_kernel(d), reps=3, warmup=1)
-            refs.append(math.log(ref_ms))
-        logs.append(math.log(ms))
-        row = (f"| {batch} | {kv} | {tuple(plan)} | {err:.4f} | {'ok' if ok else 'FAIL'} | {ms:.4f} | "
-               f"{gbs:.0f} | {gbs * 1e9 / PEAK_BW:.2f} | {ref_ms:.3f} |")
+        rows.append((f"{batch} x {kv}", ms, floor_ms, peer_ms, ref_ms, bytes_moved(data, "bf16") / PEAK_BW * 1e3,
+                     R.min_bytes(data) / PEAK_BW * 1e3))
+        row = (f"| {batch} | {kv} | {tuple(plan)} | {err:.4f} | {'ok' if ok else 'FAIL'} | {ms:.4f} | {floor_ms:.4f} | "
+               f"{floor_ms / ms:.2f} | {moved / (ms * 1e-3) / 1e9:.0f} | {peer_ms:.4f} | {peer_err:.4f} | "
+               f"{ms / peer_ms:.2f} | {ref_ms:.3f} |")
         lines.append(row)
         print(row, flush=True)
         del data
+    if peer_note:
+        lines.append(f"\n{peer_note}")
     lines.append("\n## Ragged / multi-token checks\n\n" + "\n".join(f"- {c}" for c in checks))
     host = host_breakdown()  # back-to-back calls of the smallest shape, no flush, wall clock
     lines.append("\n" + "\n".join(f"- {h}" for h in host))
     print("\n".join(host))
-    gm = math.exp(sum(logs) / len(logs))
-    tail = f"\ngeometric mean: {gm:.4f} ms"
-    if refs:
-        tail += f" (reference {math.exp(sum(refs) / len(refs)):.3f} ms)"
+
+    def geomean(column):
+        values = [r[column] for r in rows]
+        return math.exp(sum(map(math.log, values)) / len(values)) if not any(map(math.isnan, values)) else float("nan")
+    tail = (f"\ngeometric mean: {geomean(1):.4f} ms (floor {geomean(2):.4f} ms, FlashMLA {geomean(3):.4f} ms, "
+            f"reference {geomean(4):.3f} ms)")
     lines.append(tail)
     print(tail)
+    picture = results_plot.draw(args.plot, "MLA decode per benchmark shape (batch x kv): submission.py against FlashMLA",
+                                [r[0] for r in rows],
+                                {"submission.py": ([r[1] for r in rows], [r[2] for r in rows]),
+                                 "FlashMLA (bf16 cache)": ([r[3] for r in rows], [r[5] for r in rows])},
+                                [r[6] for r in rows], stamp)
+    print(picture)
     try:
         sass = sass_counts(args.sass)
     except Exception as e:  # never lose the timings to a SASS-dump problem

@@ -1,0 +1,153 @@
+"""What the bench tools share, on the CPU. tools/peers.py: the conversions of each problem's input into its
+peer's arguments. The peers themselves (FlashMLA, DeepGEMM) run on a GPU only; here each is replaced by a
+small stand-in that computes what the peer's interface documents from the arguments it is given, so a
+wrong argument (a page table, a length, a scale, a context length in the wrong form) gives a wrong
+answer. tools/results_plot.py: the picture, where matplotlib imports."""
+import sys
+import types
+
+import pytest
+import torch
+
+from conftest import PAGED, ROOT, problem_modules
+
+sys.path.insert(0, str(ROOT / "tools"))
+import peers  # noqa: E402
+import results_plot  # noqa: E402
+
+
+@pytest.mark.parametrize("lengths", [[128, 64, 192], [70, 1, 129, 64]])
+def test_pages_of_sequences_hold_each_sequence_in_order(lengths):
+    rows = torch.randn(sum(lengths), 1, 8)
+    indptr = torch.tensor([0] + lengths).cumsum(0).to(torch.int32)
+    cache, table, got_lengths = peers.pages_of_sequences(rows, indptr, page=64)
+    assert got_lengths.tolist() == lengths
+    for b, length in enumerate(lengths):
+        pages = cache[table[b, :(length + 63) // 64].long()].reshape(-1, 1, 8)[:length]
+        assert torch.equal(pages, rows[int(indptr[b]):int(indptr[b + 1])])
+    aligned = all(n % 64 == 0 for n in lengths)
+    assert (cache.data_ptr() == rows.data_ptr()) == aligned  # a view where the pages line up, else a copy
+
+
+def fake_flash_mla():
+    """FlashMLA's dense decode as its interface documents it: q (b, s_q, h, 576), a paged cache
+    (pages, 64, 1, 576) read through block_table for cache_seqlens[b] rows, V the first head_dim_v dims."""
+    def flash_mla_with_kvcache(q, k_cache, block_table, cache_seqlens, head_dim_v, metadata, splits,
+                               softmax_scale=None, causal=False):
+        assert metadata == "meta" and splits is None and not causal
+        out = torch.empty(*q.shape[:3], head_dim_v)
+        for b in range(q.shape[0]):
+            n = int(cache_seqlens[b])
+            k = k_cache[block_table[b].long()].reshape(-1, k_cache.shape[-1])[:n].float()
+            p = torch.softmax(q[b].float() @ k.T * softmax_scale, dim=-1)
+            out[b] = p @ k[:, :head_dim_v]
+        return out.to(q.dtype), None
+
+    return types.SimpleNamespace(get_mla_metadata=lambda *args: ("meta", None),
+                                 flash_mla_with_kvcache=flash_mla_with_kvcache)
+
+
+@pytest.mark.parametrize("ragged", [0, 1])
+def test_the_mla_peer_is_given_the_problems_attention(monkeypatch, ragged):
+    import reference as R
+
+    monkeypatch.setitem(sys.modules, "flash_mla", fake_flash_mla())
+    data = R.generate_input(3, 2, 100, 5, ragged=ragged)
+    peer, why = peers.mla_peer(data)
+    assert peer is not None, why
+    got = peer.call()
+    assert got.shape == (6, 16, 512) and got.dtype == torch.bfloat16
+    assert R.compare(got, R.ref_kernel(data).float())["rel_l2"] < 0.01
+
+
+def fake_deep_gemm(two_d_only: bool):
+    """DeepGEMM's fp8 paged MQA logits as its interface documents it: 1-D lengths (row b * next_n + i
+    sees t <= len_b - next_n + i) or 2-D ones (row (b, i) sees t < lens[b, i]). A build that takes only
+    2-D lengths refuses 1-D ones in its metadata, and cleaning with 2-D ones."""
+    def metadata(lens, block_kv, sms):
+        if two_d_only and lens.dim() != 2:
+            raise RuntimeError("Only 2D context lens is supported")
+        return "meta"
+
+    def logits(q, kv, weights, lens, block_table, meta, max_len, clean):
+        assert meta == "meta" and not (clean and lens.dim() == 2)
+        batch, next_n = q.shape[:2]
+        values = kv.view(kv.shape[0], -1)[:, :64 * 128].contiguous().view(torch.float8_e4m3fn)
+        scales = kv.view(kv.shape[0], -1)[:, 64 * 128:].contiguous().view(torch.float32)
+        keys = values.float().view(-1, 64, 128) * scales.view(-1, 64, 1)
+        out = torch.full((batch * next_n, max_len), float("nan"))
+        t = torch.arange(max_len)
+        for b in range(batch):
+            k = keys[block_table[b].long()].reshape(-1, 128)[:max_len]
+            for i in range(next_n):
+                r = b * next_n + i
+                seen = t < lens[b, i] if lens.dim() == 2 else t <= lens[b] - next_n + i
+                score = (torch.relu(q[b, i].float() @ k.T) * weights[r].unsqueeze(1)).sum(0)
+                out[r, seen] = score[seen]
+                if clean:
+                    out[r, ~seen] = float("-inf")
+        return out
+
+    return types.SimpleNamespace(get_num_sms=lambda: 132, get_paged_mqa_logits_metadata=metadata,
+                                 fp8_paged_mqa_logits=logits)
+
+
+@pytest.mark.parametrize("two_d_only", [False, True])
+def test_the_paged_peer_is_given_the_problems_logits(monkeypatch, two_d_only):
+    monkeypatch.setitem(sys.modules, "deep_gemm", fake_deep_gemm(two_d_only))
+    with problem_modules(PAGED, ("reference",)) as (R,):
+        data = R.generate_input(batch=3, next_n=2, context=150, seed=7)
+        peer, why = peers.paged_peer(data)
+        assert peer is not None, why
+        assert bool(peer.note) == two_d_only
+        got = peer.call()
+        ref = R.logits_for_format(data, "fp8")
+        valid = R.valid_mask(data[3], 2, data[5])
+        assert torch.allclose(got[valid], ref[valid], rtol=1e-4, atol=1e-4)
+        if not two_d_only:
+            assert torch.isneginf(got[~valid]).all()
+
+
+def test_without_the_peers_package_the_tools_say_why(monkeypatch):
+    import reference as R
+
+    monkeypatch.setitem(sys.modules, "flash_mla", None)  # import fails
+    peer, why = peers.mla_peer(R.generate_input(1, 1, 64, 1))
+    assert peer is None and "flash_mla" in why
+
+
+def test_the_picture_is_drawn_with_a_gap_for_a_peer_not_timed(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "results.png"
+    line = results_plot.draw(str(path), "title", ["4 x 1024", "256 x 8192"],
+                             {"submission.py": ([0.0143, 0.301], [0.002, 0.29]),
+                              "peer": ([float("nan"), 0.6], [0.004, 0.58])}, [0.001, 0.15], "stamp")
+    assert line == f"picture: {path}" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_matplotlib_the_picture_is_skipped_and_said_so(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    path = tmp_path / "results.png"
+    line = results_plot.draw(str(path), "title", ["a"], {"s": ([1.0], [0.5])}, [0.2], "stamp")
+    assert "skipped" in line and "matplotlib" in line and not path.exists()
+
+
+def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_path):
+    import importlib
+
+    with problem_modules(PAGED, ("reference", "submission")):
+        sys.path.insert(0, str(PAGED))
+        try:
+            bench = importlib.import_module("bench")
+        finally:
+            sys.path.remove(str(PAGED))
+            sys.modules.pop("bench", None)
+        results = [dict(spec={"batch": b, "next_n": 1, "context": 1024, "seed": 1}, plan=("fp8", 2, 4, 4, 1, 1, 1, 1),
+                        gpu=gpu, host=5.0, host_jit=9.0, bytes=4_200_000, good=True, worst=0.01, peer_us=peer,
+                        peer_worst=0.02, note=note, fp8_bytes=4_200_000, min_bytes=2_000_000)
+                   for b, gpu, peer, note in ((64, 10.0, 20.0, ""), (256, 40.0, 20.0, "2-D context lengths"))]
+        out = tmp_path / "results.md"
+        bench.write_results(str(out), str(tmp_path / "results.png"), "stamp", results, 20)
+    text = out.read_text()
+    assert "| 64 | 1 | 1024 | ('fp8', 2, 4, 4, 1, 1, 1, 1) | ok | 10.0 | 1.0 | 0.10 | 5.0 | 20.0 | 0.02 | 0.50 |" in text
+    assert "geometric mean: 20.0 us, DeepGEMM 20.0 us" in text and "DeepGEMM: 2-D context lengths" in text

@@ -1,0 +1,115 @@
+"""The peers the bench tools time beside the submissions, on the same inputs and the same clock:
+FlashMLA's SM90 dense decode (bf16 cache) for MLA, DeepGEMM's SM90 fp8 paged MQA logits for the paged kit.
+
+Each is used where its package imports (`flash_mla`, `deep_gemm`: build them yourself, outside the tree;
+nothing here builds them). The conversion of a problem's input into a peer's arguments, and the peer's
+scheduling metadata, are made once, before timing, as a serving engine makes them once per batch: the
+timed call is the peer's kernel launch alone.
+
+    peer = mla_peer(data)        # None, and why, where FlashMLA is not there
+    out = peer.call()            # (total_q, 16, 512) bf16, as custom_kernel returns
+"""
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+PAGE = 64  # tokens a cache page holds: FlashMLA's page_block_size here, the paged kit's block size
+
+
+@dataclass
+class Peer:
+    name: str                  # the column the bench tools print
+    call: Callable[[], torch.Tensor]
+    note: str                  # what the call does differently from the submission's contract, if anything
+
+
+def pages_of_sequences(rows: torch.Tensor, indptr: torch.Tensor, page: int = PAGE):
+    """A contiguous cache of sequences (rows (total, ...), sequence b at rows indptr[b]:indptr[b+1]) as
+    whole pages: (cache (n_pages, page, ...), block_table int32 (batch, most pages), lengths int32
+    (batch,)). A view of rows where every sequence starts on a page boundary and the total fills whole
+    pages; else each sequence is copied into pages of its own (its last page padded with zeros)."""
+    starts = indptr[:-1].long().cpu()
+    lengths = (indptr[1:] - indptr[:-1]).to(torch.int32)
+    n_pages = (lengths.long().cpu() + page - 1) // page
+    most = max(int(n_pages.max()) if len(n_pages) else 0, 1)
+    table = torch.zeros(len(n_pages), most, dtype=torch.int32)
+    total = rows.shape[0]
+    if bool((starts % page == 0).all()) and total % page == 0:
+        cache = rows.view(total // page, page, *rows.shape[1:])
+        for b, (s, n) in enumerate(zip(starts.tolist(), n_pages.tolist())):
+            table[b, :n] = torch.arange(s // page, s // page + n, dtype=torch.int32)
+    else:
+        cache = rows.new_zeros(int(n_pages.sum()), page, *rows.shape[1:])
+        first = 0
+        for b, (s, n) in enumerate(zip(starts.tolist(), n_pages.tolist())):
+            length = int(lengths[b])
+            cache.view(-1, *rows.shape[1:])[first * page:first * page + length] = rows[s:s + length]
+            table[b, :n] = torch.arange(first, first + n, dtype=torch.int32)
+            first += n
+    return cache, table.to(rows.device), lengths.to(rows.device)
+
+
+def mla_peer(data):
+    """FlashMLA's dense decode over the bf16 cache (its SM90 kernel reads bf16 only), or (None, why)."""
+    try:
+        import flash_mla
+    except ImportError as e:
+        return None, f"flash_mla does not import ({e})"
+    q, kv_data, qo_indptr, kv_indptr, config = data
+    batch = len(kv_indptr) - 1
+    q_lens = (qo_indptr[1:] - qo_indptr[:-1]).unique()
+    if len(q_lens) != 1:
+        return None, "FlashMLA takes one query length for the whole batch"
+    q_len = int(q_lens[0])
+    cache, table, lengths = pages_of_sequences(kv_data["bf16"], kv_indptr)  # (pages, 64, 1, 576)
+    q4 = q.view(batch, q_len, q.shape[1], q.shape[2])
+    # The interface of 2025 takes (lengths, q rows per kv head, kv heads) and returns the metadata and
+    # the splits; the later one takes nothing and fills its metadata on the first call. Both accept this.
+    metadata, splits = flash_mla.get_mla_metadata(lengths, q_len * q.shape[1], 1)
+
+    def call():
+        out, _lse = flash_mla.flash_mla_with_kvcache(q4, cache, table, lengths, config["v_head_dim"], metadata,
+                                                     splits, softmax_scale=config["sm_scale"], causal=False)
+        return out.view(batch * q_len, q.shape[1], config["v_head_dim"])
+
+    call()  # the later interface makes its metadata here, untimed
+    return Peer("FlashMLA (bf16)", call, ""), ""
+
+
+def paged_context_lens_2d(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:
+    """The problem's context lengths (row b * next_n + i sees positions t <= len_b - next_n + i) in
+    DeepGEMM's 2-D form (row (b, i) sees positions t < lens[b, i])."""
+    steps = torch.arange(next_n, device=context_lens.device, dtype=torch.int32)
+    return (context_lens.to(torch.int32).unsqueeze(1) - next_n + 1 + steps).clamp(min=0).contiguous()
+
+
+def paged_peer(data):
+    """DeepGEMM's fp8 paged MQA logits over the fp8 pair (its SM90 kernel reads fp8 only), or (None, why).
+    Its 1-D context lengths mean what the problem's mean; where its build takes only the 2-D form, that
+    form is used, which leaves the positions past each row's length unwritten (the problem asks for -inf
+    there): the note says so, and such a call writes fewer bytes than the submission must."""
+    try:
+        import deep_gemm
+    except ImportError as e:
+        return None, f"deep_gemm does not import ({e})"
+    q, kv_cache, weights, context_lens, block_tables, max_model_len = data
+    q8, kv8 = q["fp8"], kv_cache["fp8"]
+    next_n = q8.shape[1]
+    logits = getattr(deep_gemm, "fp8_paged_mqa_logits")
+    sms = deep_gemm.get_num_sms()
+    lens_1d = context_lens.to(torch.int32).contiguous()
+    try:
+        meta = deep_gemm.get_paged_mqa_logits_metadata(lens_1d, PAGE, sms)
+        logits(q8, kv8, weights, lens_1d, block_tables, meta, max_model_len, True)
+        lens, clean, note = lens_1d, True, ""
+    except RuntimeError:  # this build's metadata takes 2-D lengths only, and cleans only 1-D ones
+        lens = paged_context_lens_2d(lens_1d, next_n)
+        meta = deep_gemm.get_paged_mqa_logits_metadata(lens, PAGE, sms)
+        clean, note = False, "2-D context lengths: positions past a row's length are not written"
+
+    def call():
+        return logits(q8, kv8, weights, lens, block_tables, meta, max_model_len, clean)
+
+    call()
+    return Peer("DeepGEMM (fp8)", call, note), ""
