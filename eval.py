@@ -320,6 +320,10 @@ def protect_judge() -> None:
 # (ABI 3), device ioctls (ABI 5).
 _LL_WRITE_RIGHTS = ((1, (1 << 1) | (1 << 4) | (1 << 5) | (0x7F << 6)), (2, 1 << 13), (3, 1 << 14), (5, 1 << 15))
 _LL_SCOPE_SIGNAL_AND_SOCKETS = 0b11  # ABI 6
+# Of those, what writing into existing files takes (WRITE_FILE, TRUNCATE, IOCTL_DEV): the rights under /dev,
+# whose device nodes the CUDA driver opens for writing, so that no entry there can be removed, renamed
+# over or added (a regular file in place of /dev/null would outlive the run); /dev/shm has them all.
+_LL_FILE_RIGHTS = (1 << 1) | (1 << 14) | (1 << 15)
 
 
 class _LandlockRulesetAttr(ctypes.Structure):
@@ -332,8 +336,11 @@ class _LandlockPathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: bool = True) -> list[str]:
+def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: bool = True,
+                   files_only: tuple[str, ...] = ("/dev",)) -> list[str]:
     """Run in the worker before it imports torch or the submission; returns what holds, in words.
+    writable: folders it may write anything under; files_only: folders whose existing files it may write
+    (_LL_FILE_RIGHTS), adding, removing and renaming nothing there (outside the writable folders).
     landlock=False under a profiler (ncu), whose injected library must reach the profiler's process.
     lowest_priority: nice 19 for the submission's worker (and every process it starts), which it cannot
     undo without capabilities, so that work it does between its calls cannot crowd out the judge or the
@@ -363,7 +370,7 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
             raise RuntimeError(f"could not drop the worker's capabilities: {os.strerror(ctypes.get_errno())}")
         held.append("no capabilities")
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    held.append(_deny_new_sessions(libc))
+    held.append(_install_syscall_filter(libc))
     if not landlock:
         held.append("under ncu (POPCORN_NCU): not Landlock-confined, so that the profiler's injection works; "
                     "profile mode checks and ranks nothing")
@@ -381,12 +388,12 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
     if ruleset < 0:
         raise RuntimeError(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
     try:
-        for path in writable:
+        for path, allowed in [(p, rights) for p in writable] + [(p, rights & _LL_FILE_RIGHTS) for p in files_only]:
             if not os.path.isdir(path):
                 continue
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
-                rule = _LandlockPathBeneath(rights, fd)
+                rule = _LandlockPathBeneath(allowed, fd)
                 if libc.syscall(445, ruleset, 1, ctypes.byref(rule), 0) != 0:
                     raise RuntimeError(f"landlock_add_rule({path}): {os.strerror(ctypes.get_errno())}")
             finally:
@@ -395,17 +402,32 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
             raise RuntimeError(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(ruleset)
-    held.append(f"Landlock ABI {abi}: writes only under its sandbox, /dev and its own /proc, no ptrace or /proc access to "
+    held.append(f"Landlock ABI {abi}: writes only under its sandbox, /dev/shm and its own /proc, and into /dev's "
+                f"devices (adding or removing nothing there), no ptrace or /proc access to "
                 f"the judge" + (", no signals to it" if abi >= 6 else
                                 " (this kernel cannot scope signals: the submission can signal the judge)"))
     return held
 
 
-# seccomp (Linux): setsid and setpgid fail (EPERM) in the worker and in everything it starts, so that all of
+# seccomp (Linux), in the worker and in everything it starts. setsid and setpgid fail (EPERM), so that all of
 # them stay in the worker's process group, which the judge kills as one: a group kill cannot be outrun by
 # forking (a fork under way when it arrives does not complete), where a search of /proc for descendants
-# can be by a chain of processes that each fork and exit. Syscall numbers (setsid, setpgid) by audit arch.
-_SESSION_CALLS = {0xC000003E: (112, 109), 0x40000003: (66, 57), 0xC00000B7: (157, 154)}  # x86_64, i386, aarch64
+# can be by a chain of processes that each fork and exit. prlimit64 and ioprio_set fail unless they name
+# the caller (pid / who 0): the judge runs as the same user, and lowering its limits (RLIMIT_CPU,
+# RLIMIT_NOFILE) or its I/O priority would kill it or fail its work; neither Landlock nor the judge's
+# non-dumpable flag rules them. The kernel keyrings and the SysV and POSIX message queues fail: state there
+# outlives the run and is no path, so Landlock does not rule it, and no submission needs it.
+# Syscall numbers by audit arch.
+_DENIED_CALLS = {  # setsid, setpgid, add_key, request_key, keyctl, msgget, mq_open
+    0xC000003E: (112, 109, 248, 249, 250, 68, 240),   # x86_64
+    0x40000003: (66, 57, 286, 287, 288, 399, 277),    # i386
+    0xC00000B7: (157, 154, 217, 218, 219, 186, 180),  # aarch64
+}
+_SELF_ONLY_CALLS = {  # (prlimit64, its pid argument), (ioprio_set, its who argument)
+    0xC000003E: ((302, 0), (251, 1)),
+    0x40000003: ((340, 0), (289, 1)),
+    0xC00000B7: ((261, 0), (30, 1)),
+}
 _X32_SYSCALL_BIT = 0x40000000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
@@ -414,33 +436,51 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def session_filter() -> bytes:
-    """The classic-BPF seccomp program: per known arch, setsid / setpgid (and x32 calls) -> EPERM; the rest,
-    and unknown arches, allowed."""
-    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+def worker_syscall_filter() -> bytes:
+    """The classic-BPF seccomp program: per known arch, _DENIED_CALLS (and x32 calls) -> EPERM, and
+    _SELF_ONLY_CALLS -> EPERM unless their target argument is 0; the rest, and unknown arches, allowed."""
     allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
-    prog = [("ld", 4)]  # seccomp_data.arch
-    for arch, (setsid, setpgid) in _SESSION_CALLS.items():
-        block = [("ld", 0), ("deny_if", setsid), ("deny_if", setpgid), ("ret", allow)]  # seccomp_data.nr
+    # (op, k, jump if true, jump if false): jumps name labels; None is the next instruction
+    prog = [("ld", 4, None, None)]  # seccomp_data.arch
+    for arch, denied in _DENIED_CALLS.items():
+        prog += [("jeq", arch, None, f"after {arch}"), ("ld", 0, None, None)]  # seccomp_data.nr
         if arch == 0xC000003E:
-            block.insert(1, ("deny_if_ge", _X32_SYSCALL_BIT))
-        prog += [("skip_unless", arch, len(block))] + block
-    prog += [("ret", allow), ("ret", deny)]
-    code = []
-    for i, (op, k, *skip) in enumerate(prog):
-        to_deny = len(prog) - 1 - (i + 1)
-        code.append({"ld": (ld, 0, 0), "ret": (ret, 0, 0), "deny_if": (jeq, to_deny, 0),
-                     "deny_if_ge": (jge, to_deny, 0), "skip_unless": (jeq, 0, skip[0] if skip else 0)}[op] + (k,))
-    return b"".join(struct.pack("<HBBI", *c) for c in code)
+            prog.append(("jge", _X32_SYSCALL_BIT, "deny", None))
+        prog += [("jeq", nr, "deny", None) for nr in denied]
+        prog += [("jeq", nr, f"{arch} arg {arg}", None) for nr, arg in _SELF_ONLY_CALLS[arch]]
+        prog.append(("ret", allow, None, None))
+        for arg in sorted({arg for _, arg in _SELF_ONLY_CALLS[arch]}):
+            prog += [("label", f"{arch} arg {arg}", None, None),
+                     ("ld", 16 + 8 * arg, None, None),  # seccomp_data.args[arg], low word (a pid_t / int)
+                     ("jeq", 0, "allow", "deny")]
+        prog.append(("label", f"after {arch}", None, None))
+    prog += [("label", "allow", None, None), ("ret", allow, None, None),
+             ("label", "deny", None, None), ("ret", deny, None, None)]
+    at, n = {}, 0
+    for op, k, _, _ in prog:
+        if op == "label":
+            at[k] = n
+        else:
+            n += 1
+    opcodes = {"ld": 0x20, "jeq": 0x15, "jge": 0x35, "ret": 0x06}
+    code, i = [], 0
+    for op, k, if_true, if_false in prog:
+        if op == "label":
+            continue
+        jt, jf = ((0 if j is None else at[j] - (i + 1)) for j in (if_true, if_false))
+        code.append(struct.pack("<HBBI", opcodes[op], jt, jf, k))
+        i += 1
+    return b"".join(code)
 
 
-def _deny_new_sessions(libc) -> str:
-    program = ctypes.create_string_buffer(session_filter())
+def _install_syscall_filter(libc) -> str:
+    program = ctypes.create_string_buffer(worker_syscall_filter())
     fprog = _SockFprog(len(program.raw) // 8, ctypes.cast(program, ctypes.c_void_p))
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         return (f"no seccomp ({os.strerror(ctypes.get_errno())}): a process it starts can leave its process "
                 f"group; the judge then finds it in /proc")
-    return "seccomp: it and what it starts stay in its process group"
+    return ("seccomp: it and what it starts stay in its process group, set no other process's limits or I/O "
+            "priority, and have no keyrings or message queues")
 
 
 def _read_or_empty(path: str) -> str:
@@ -510,7 +550,7 @@ def kill_descendants(keep: set[int], unreaped: set[int] = frozenset()) -> None:
 
 
 def kill_process_group(pgid: int, limit_s: float = 5.0) -> None:
-    """SIGKILL the process group until no member is left (its members cannot leave it: session_filter),
+    """SIGKILL the process group until no member is left (its members cannot leave it: worker_syscall_filter),
     reaping those that became the judge's children (a zombie still counts as a member)."""
     give_up = time.monotonic() + limit_s
     while time.monotonic() < give_up:
@@ -1164,7 +1204,7 @@ class WorkerSession:
         """Confinement first, before any code but this file's runs; then torch and the device."""
         self.sandbox = Path.cwd()
         # /proc/self: the CUDA driver writes its own process's files there (thread names).
-        confinement = confine_worker([str(self.sandbox), "/dev", os.path.realpath("/proc/self"),
+        confinement = confine_worker([str(self.sandbox), "/dev/shm", os.path.realpath("/proc/self"),
                                       os.environ.get("TRITON_CACHE_DIR", "")], landlock=not self.under_ncu,
                                      lowest_priority=self.role != "null")
         # the submission's imports come from the sandbox (started with -P, Python put no folder first)
@@ -1657,7 +1697,13 @@ class WorkerProcess:
             except socket.timeout:
                 raise CaseFailure("timed out in the middle of a message (the time limit from task.yml)") from None
             except (EOFError, OSError):
-                self.proc.wait(timeout=5) if self.proc.poll() is None else None
+                try:
+                    self.proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:  # it closed its end and lives on: killed, and the case fails
+                    _signal_all([self.proc.pid], signal.SIGKILL, groups=True)
+                    self.proc.wait(timeout=10)
+                    raise CaseFailure("the worker process closed its connection to the judge and did not exit "
+                                      "(the submission's code shut its socket)") from None
                 raise CaseFailure(self._death("died")) from None
             except (ValueError, RecursionError) as e:  # not JSON, or nested past the parser's depth
                 raise CaseFailure(f"the submission's process sent a malformed message ({e})") from None

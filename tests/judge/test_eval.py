@@ -96,6 +96,14 @@ def one_case(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def two_cases(tmp_path_factory):
+    tests = tmp_path_factory.mktemp("cases") / "two.txt"
+    tests.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n"
+                     "batchsize: 3; qseqlen: 2; kvseqlen: 20; ragged: 1; seed: 12\n")
+    return str(tests)
+
+
+@pytest.fixture(scope="module")
 def three_cases(tmp_path_factory):
     tests = tmp_path_factory.mktemp("cases") / "three.txt"
     tests.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n"
@@ -598,6 +606,32 @@ def test_the_judge_cannot_be_signalled_or_traced(problem, one_case):
     if "no signals to it" in out:  # Landlock scopes signals on this kernel: the judge survives
         assert code == 112 and log["check"] == "fail"
         _assert_no_forged_results(lines, out)
+
+
+def test_a_worker_that_closes_its_connection_and_lives_on_fails_as_the_submissions(problem, two_cases):
+    code, out, err, log, _ = run_eval(problem, "test", submission="closes_its_socket_and_lingers",
+                                      extra=[two_cases], popcorn=True)
+    assert code == 112 and log["check"] == "fail", out + err
+    for i in (0, 1):  # the second case in a new worker
+        assert log[f"test.{i}.status"] == "fail" and "closed its connection" in log[f"test.{i}.error"], log
+    assert "judge's own work" not in out and "Traceback" not in err, out + err
+
+
+@pytest.mark.parametrize("submission", ["changes_the_judges_limits", "leaves_state_in_the_kernel"])
+def test_what_seccomp_denies_the_worker_is_refused(problem, two_cases, submission):
+    """Same-user calls that no path names, so Landlock does not rule them: setting the judge's limits (which
+    killed it, or failed its checks) and its I/O priority; state left in the kernel for a later run."""
+    code, out, err, log, lines = run_eval(problem, "test", submission=submission, extra=[two_cases], popcorn=True)
+    assert code == 0 and log["check"] == "pass" and "check: pass" in lines[-2:], out + err
+    if "seccomp:" in out:
+        assert "LEAK" not in out and out.count("refused:") >= 3, out
+
+
+def test_nothing_can_be_added_to_dev_but_its_devices_and_dev_shm_stay_writable(problem, one_case):
+    code, out, err, log, _ = run_eval(problem, "test", submission="adds_files_to_dev", extra=[one_case], popcorn=True)
+    assert code == 0 and log["check"] == "pass", out + err
+    if "Landlock ABI" in out:
+        assert "LEAK" not in out and out.count("refused:") == 2 and "wrote /dev/null and /dev/shm" in out, out
 
 
 def test_the_null_submissions_files_are_out_of_reach(problem, one_case):
