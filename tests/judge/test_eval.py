@@ -1131,3 +1131,42 @@ def test_an_output_described_wrongly_fails_as_the_submissions_fault(meta):
     described = {"tensor": True, "copied": True, "dtype": "torch.float32", "device": "cpu", **meta}
     out, why = harness.Judge._collect(judge, described, torch.zeros(8, dtype=torch.uint8))
     assert out is None and why == "the submission's process described its output incorrectly"
+
+
+def _run_seccomp(program: bytes, arch: int, nr: int, args=(0,) * 6) -> int:
+    """What a classic-BPF seccomp program returns for one call (the loads, jumps and returns it uses)."""
+    import struct as _struct
+
+    data = _struct.pack("<iIQ6Q", nr, arch, 0, *args)  # seccomp_data: nr, arch, instruction pointer, args
+    code = [_struct.unpack("<HBBI", program[i:i + 8]) for i in range(0, len(program) - len(program) % 8, 8)]
+    pc, acc = 0, 0
+    while True:
+        op, jt, jf, k = code[pc]
+        if op == 0x20:
+            acc = _struct.unpack_from("<I", data, k)[0]
+        elif op in (0x15, 0x35):
+            pc += jt if (acc == k if op == 0x15 else acc >= k) else jf
+        elif op == 0x06:
+            return k
+        else:
+            raise AssertionError(f"opcode {op:#x} at {pc}")
+        pc += 1
+
+
+def test_the_worker_syscall_filter_per_arch():
+    """Every arch's numbers, not only this machine's: denied calls fail, calls aimed at the caller (0) pass
+    and at another process fail, the rest (and unknown arches) pass."""
+    import errno as _errno
+
+    program, allow, deny = harness.worker_syscall_filter(), 0x7FFF0000, 0x00050000 | _errno.EPERM
+    for arch, denied in harness._DENIED_CALLS.items():
+        for nr in denied:
+            assert _run_seccomp(program, arch, nr) == deny
+        for nr, arg in harness._SELF_ONLY_CALLS[arch]:
+            assert _run_seccomp(program, arch, nr) == allow
+            other = [0] * 6
+            other[arg] = 4242
+            assert _run_seccomp(program, arch, nr, other) == deny
+        assert _run_seccomp(program, arch, 0) == allow and _run_seccomp(program, arch, 1000) == allow
+    assert _run_seccomp(program, 0xC000003E, harness._X32_SYSCALL_BIT | 1) == deny  # x32
+    assert _run_seccomp(program, 0x12345678, 112) == allow  # an unknown arch
