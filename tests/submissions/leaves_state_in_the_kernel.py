@@ -1,6 +1,7 @@
 """Hostile: state that outlives every process of a run and is no path (so Landlock does not rule it): a key
-in the user's kernel keyring, a SysV message queue, a POSIX message queue. Tries to leave one of each for a
-later run, and prints what it could (and removes it again); its answers are the reference's."""
+in the user's kernel keyring, a SysV message queue, a POSIX message queue. As it is imported, tries to
+leave one of each for a later run and prints what it could (and removes it again); its answers are the
+reference's."""
 import ctypes
 import os
 import platform
@@ -10,7 +11,6 @@ from reference import ref_kernel
 # add_key, keyctl, msgget, msgctl, mq_open, mq_unlink
 _CALLS = {"x86_64": (248, 250, 68, 71, 240, 241), "aarch64": (217, 219, 186, 187, 180, 181)}.get(platform.machine())
 KEY_SPEC_USER_KEYRING, KEYCTL_UNLINK, IPC_CREAT, IPC_RMID = -4, 9, 0o1000, 0
-_tried = []
 
 
 def _attack():
@@ -42,8 +42,8 @@ def _attack():
         print(f"refused: a POSIX message queue ({os.strerror(ctypes.get_errno())})", flush=True)
 
 
+_attack()
+
+
 def custom_kernel(data):
-    if not _tried:
-        _tried.append(True)
-        _attack()
     return ref_kernel(data)
