@@ -13,7 +13,6 @@ HGMMA / QGMMA / HMMA.
                               [--sass FILE] [--reps 20] [--no-ref] [--no-peer]
 """
 import argparse
-import math
 import os
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import submission as S  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers  # noqa: E402
 import results_plot  # noqa: E402
-from problem_loader import median_gpu_us, results_stamp  # noqa: E402
+from problem_loader import geomean, median_gpu_us, results_stamp  # noqa: E402
 
 SHAPES = [(b, kv, 1) for b in (4, 32, 64, 256) for kv in (1024, 8192)]
 PEAK_BW = 4.2e12
@@ -185,7 +184,7 @@ def main():
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines.append(hdr)
     print(hdr)
-    rows = []  # (shape label, ours ms, its floor ms, peer ms, ref ms, peer's floor ms, problem's floor ms)
+    rows = []  # per shape, ms: the submission's time and its format's floor, the peer's, the reference's
     peer_note = "FlashMLA: not timed (--no-peer)" if args.no_peer else ""
     checks = ragged_checks()
     print("\n".join(checks))
@@ -200,8 +199,7 @@ def main():
                 if peer is None:
                     peer_note = f"FlashMLA: not timed, {why}"
                 else:
-                    peer_err = R.compare(peer.call(), R.exact_attention(
-                        data[0], R.dequantize_cache(data[1], "bf16"), data[2], data[3], data[4]["sm_scale"]))["rel_l2"]
+                    peer_err = rel_err(data, peer.call(), "bf16")
                     peer_ms = time_call(peer.call, args.reps)
             except Exception as e:
                 peer_note = f"FlashMLA: failed on {batch} x {kv}: {type(e).__name__}: {str(e)[:200]}"
@@ -209,8 +207,9 @@ def main():
         ref_ms = float("nan")
         if not args.no_ref:
             ref_ms = time_call(lambda d=data: R.ref_kernel(d), reps=3, warmup=1)
-        rows.append((f"{batch} x {kv}", ms, floor_ms, peer_ms, ref_ms, bytes_moved(data, "bf16") / PEAK_BW * 1e3,
-                     R.min_bytes(data) / PEAK_BW * 1e3))
+        rows.append(dict(shape=f"{batch} x {kv}", ms=ms, floor=floor_ms, peer=peer_ms, ref=ref_ms,
+                         peer_floor=bytes_moved(data, "bf16") / PEAK_BW * 1e3,
+                         problem_floor=R.min_bytes(data) / PEAK_BW * 1e3))
         row = (f"| {batch} | {kv} | {tuple(plan)} | {err:.4f} | {'ok' if ok else 'FAIL'} | {ms:.4f} | {floor_ms:.4f} | "
                f"{floor_ms / ms:.2f} | {moved / (ms * 1e-3) / 1e9:.0f} | {peer_ms:.4f} | {peer_err:.4f} | "
                f"{ms / peer_ms:.2f} | {ref_ms:.3f} |")
@@ -224,18 +223,16 @@ def main():
     lines.append("\n" + "\n".join(f"- {h}" for h in host))
     print("\n".join(host))
 
-    def geomean(column):
-        values = [r[column] for r in rows]
-        return math.exp(sum(map(math.log, values)) / len(values)) if not any(map(math.isnan, values)) else float("nan")
-    tail = (f"\ngeometric mean: {geomean(1):.4f} ms (floor {geomean(2):.4f} ms, FlashMLA {geomean(3):.4f} ms, "
-            f"reference {geomean(4):.3f} ms)")
+    def column(name):
+        return [r[name] for r in rows]
+    tail = (f"\ngeometric mean: {geomean(column('ms')):.4f} ms (floor {geomean(column('floor')):.4f} ms, FlashMLA "
+            f"{geomean(column('peer')):.4f} ms, reference {geomean(column('ref')):.3f} ms)")
     lines.append(tail)
     print(tail)
     picture = results_plot.draw(args.plot, "MLA decode per benchmark shape (batch x kv): submission.py against FlashMLA",
-                                [r[0] for r in rows],
-                                {"submission.py": ([r[1] for r in rows], [r[2] for r in rows]),
-                                 "FlashMLA (bf16 cache)": ([r[3] for r in rows], [r[5] for r in rows])},
-                                [r[6] for r in rows], stamp)
+                                column("shape"), {"submission.py": (column("ms"), column("floor")),
+                                                  "FlashMLA (bf16 cache)": (column("peer"), column("peer_floor"))},
+                                column("problem_floor"), stamp)
     print(picture)
     try:
         sass = sass_counts(args.sass)

@@ -96,7 +96,7 @@ def paged_peer(data):
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
     q8, kv8 = q["fp8"], kv_cache["fp8"]
     next_n = q8.shape[1]
-    logits = getattr(deep_gemm, "fp8_paged_mqa_logits")
+    logits = deep_gemm.fp8_paged_mqa_logits
     sms = deep_gemm.get_num_sms()
     lens_1d = context_lens.to(torch.int32).contiguous()
     try:

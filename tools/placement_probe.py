@@ -176,6 +176,7 @@ class FlagHold:
         self.shape = harness.hold_grid(torch)
         self.one_block = harness.ONE_BLOCK_HOLD
         self.release_at, self.announce_at = harness.RELEASE_AT, harness.ANNOUNCE_AT
+        self.swap_wait_s = harness.HOLD_SWAP_WAIT_S
         if slim:
             self.shape = (torch.cuda.get_device_properties(0).multi_processor_count * 32, 32)
         if tiny:
@@ -203,7 +204,7 @@ class FlagHold:
         fn()
         end.record()
         struct.pack_into("<i", self.page, self.release_at, self.seq - 1)
-        give_up = time.perf_counter() + 0.01
+        give_up = time.perf_counter() + self.swap_wait_s
         while struct.unpack_from("<i", self.page, self.announce_at)[0] != self.seq and time.perf_counter() < give_up:
             pass
         before_release()

@@ -84,12 +84,18 @@ def median_gpu_us(fn, reps=20, warmup=3, flush=None) -> float:
     return times[len(times) // 2]
 
 
+def geomean(values) -> float:
+    """The geometric mean; nan where any value is nan (a column a tool could not measure everywhere)."""
+    values = list(values)
+    return math.exp(sum(map(math.log, values)) / len(values)) if not any(map(math.isnan, values)) else float("nan")
+
+
 def print_case_table(columns, rows, width=70):
     """rows: (case spec, one number per column); prints them, then each column's geometric mean."""
     print(f"{'case':{width}s} " + " ".join(f"{c:>9s}" for c in columns))
     for spec, *values in rows:
         print(f"{spec[:width]:{width}s} " + " ".join(f"{v:9.1f}" for v in values))
-    geomeans = [math.exp(sum(math.log(r[i]) for r in rows) / len(rows)) for i in range(1, len(columns) + 1)]
+    geomeans = [geomean(r[i] for r in rows) for i in range(1, len(columns) + 1)]
     print(f"{'geomean':{width}s} " + " ".join(f"{v:9.1f}" for v in geomeans))
 
 

@@ -29,7 +29,7 @@ import reference as R  # noqa: E402
 import submission as S  # noqa: E402
 import peers  # noqa: E402
 import results_plot  # noqa: E402
-from problem_loader import median_gpu_us, results_stamp  # noqa: E402
+from problem_loader import geomean, median_gpu_us, results_stamp  # noqa: E402
 
 PEAK_BW = 4.2e12  # bytes/s: the H200's measured device copy rate, as tools/bench_mla.py's
 
@@ -87,19 +87,13 @@ def sass_report(ck):
     return out
 
 
-def peer_check(out, ref, bound, valid):
-    """The largest error / tolerance over the valid positions (a peer may leave the others unwritten)."""
-    err = (out.float() - ref).abs()[valid]
-    return (err / (R.RTOL * bound[valid] + R.ATOL)).max().item()
-
-
 def time_peer(data, refs, valid, iters):
     """(peer name, GPU us, max err / tol, note) for DeepGEMM on this input; (None, nan, nan, why) without it."""
     try:  # a peer that fails costs its column, never the table
         peer, why = peers.paged_peer(data)
         if peer is None:
             return None, float("nan"), float("nan"), why
-        worst = peer_check(peer.call(), *refs("fp8"), valid)
+        worst = quick_check(peer.call(), *refs("fp8"), valid)[1]  # valid positions only: a peer may skip the rest
         return peer.name, gpu_time(peer.call, iters), worst, peer.note
     except Exception as e:
         return None, float("nan"), float("nan"), f"failed: {type(e).__name__}: {str(e)[:200]}"
@@ -122,9 +116,6 @@ def write_results(path, plot, stamp, results, iters):
         lines.append(f"| {s['batch']} | {s['next_n']} | {s['context']} | {tuple(best)} | {'ok' if good else 'FAIL'} | "
                      f"{t_gpu:.1f} | {floor:.1f} | {floor / t_gpu:.2f} | {t_host:.1f} | {peer_us:.1f} | "
                      f"{peer_worst:.3g} | {t_gpu / peer_us:.2f} |")
-
-    def geomean(values):
-        return math.exp(sum(map(math.log, values)) / len(values)) if not any(map(math.isnan, values)) else float("nan")
     lines.append(f"\ngeometric mean: {geomean([r['gpu'] for r in results]):.1f} us, "
                  f"DeepGEMM {geomean([r['peer_us'] for r in results]):.1f} us")
     lines += [f"\nDeepGEMM: {n}" for n in sorted(notes) if n]
@@ -282,8 +273,7 @@ def main():
         s, nb, tg = r["spec"], r["bytes"], r["gpu"]
         print(f"{s['batch']:>5} {s['next_n']:>2} {s['context']:>6} {str(tuple(r['plan'])):>28} {tg:7.1f} "
               f"{nb / tg / 1e3:5.0f} {r['host']:7.1f} {nb / PEAK_BW * 1e6:8.1f} {r['good']} {r['worst']:.3g}")
-    times = [r["gpu"] for r in results]
-    print(f"geomean: gpu {math.exp(sum(map(math.log, times)) / len(times)):.1f} us")
+    print(f"geomean: gpu {geomean(r['gpu'] for r in results):.1f} us")
     if args.final:
         write_results(args.out, args.plot, results_stamp("python problems/paged_mqa_logits/bench.py --final"),
                       results, args.iters)
