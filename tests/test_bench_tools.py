@@ -108,6 +108,23 @@ def test_the_paged_peer_is_given_the_problems_logits(monkeypatch, two_d_only):
             assert torch.isneginf(got[~valid]).all()
 
 
+def test_the_paged_peers_first_call_runs_in_a_child():
+    """The child's code itself runs (without deep_gemm it finds no peer and exits 0): an error in it would
+    read as a first call that survived."""
+    import subprocess
+
+    run = subprocess.run([sys.executable, "-c", peers.PAGED_FIRST_CALL], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
+def test_a_peer_that_kills_its_process_costs_only_its_column(monkeypatch):
+    monkeypatch.setitem(sys.modules, "deep_gemm", fake_deep_gemm(False))
+    monkeypatch.setattr(peers, "PAGED_FIRST_CALL", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+    with problem_modules(PAGED, ("reference",)) as (R,):
+        peer, why = peers.paged_peer(R.generate_input(batch=2, next_n=1, context=150, seed=7))
+    assert peer is None and "deep_gemm killed its process" in why and "SIGSEGV" in why
+
+
 def test_without_the_peers_package_the_tools_say_why(monkeypatch):
     import reference as R
 
@@ -151,3 +168,18 @@ def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_pa
     text = out.read_text()
     assert "| 64 | 1 | 1024 | ('fp8', 2, 4, 4, 1, 1, 1, 1) | ok | 10.0 | 1.0 | 0.10 | 5.0 | 20.0 | 0.02 | 0.50 |" in text
     assert "geometric mean: 20.0 us, DeepGEMM 20.0 us" in text and "DeepGEMM: 2-D context lengths" in text
+
+
+def test_the_judge_clock_summary_gives_each_runs_score_and_their_agreement():
+    import judge_clock
+
+    def run(problem, mode, means_us):
+        return ("x.json", {"problem": problem, "mode": mode,
+                           "cases": [{"stats": {"mean": m * 1e3}} for m in means_us]})
+
+    lines = judge_clock.summary([run("/r", "benchmark", [10, 40]), run("/r", "benchmark", [10, 44.1]),
+                                 run("/r", "leaderboard", [21, 21]),
+                                 run("/r/problems/paged_mqa_logits", "benchmark", [5])])
+    assert "| repository root (MLA) | benchmark | 20.00 / 21.00 | 5.00% |  |" in lines
+    assert "| repository root (MLA) | leaderboard | 21.00 | 0.00% | 1.0244 |" in lines
+    assert "| paged_mqa_logits | benchmark | 5.00 | 0.00% |  |" in lines

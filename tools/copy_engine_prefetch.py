@@ -10,8 +10,9 @@ no host in the loop; what of it runs after the judge's flush and before the hold
 at the call's start. A/B above 1 is the head start. GPU only; either kit.
 
 PREFETCH = "read" puts a kernel in the copy's place (a sum over the cache): kernels on other streams may
-start once the judge has let the full-SM hold go, so this one runs in the worker's turns too, while the
-one-block hold spins. (tests/judge/test_eval.py runs both, the second from a copy with the constant set.)"""
+start once the judge has let the full-SM hold go, but this one runs on beside the call, where the judge's
+clock sees it (docs/judge.md). (tests/judge/test_eval.py runs both, the second from a copy with the
+constant set.)"""
 import ctypes
 import importlib.util
 import os
@@ -60,7 +61,7 @@ def custom_kernel(data):
         raise RuntimeError(f"cuStreamWaitValue32 returned {status}")
     with torch.cuda.stream(side):
         if PREFETCH == "read":
-            torch.sum(cache, dtype=torch.int64, out=_state["sum"])
+            torch.sum(cache, dim=0, dtype=torch.int64, out=_state["sum"])  # the dim= overload takes out=
         else:
             _state["copy"].copy_(cache, non_blocking=True)
     return out

@@ -6,10 +6,13 @@
 For each timed case: the reported mean (the ranked number), the gap between the judge's clock and the
 report beyond the protocol's own overhead (what eval.py compares with its margin), the overhead of the
 submission's calls and of the null submission's (median, and the spread per call), and the calls
-released before they returned. A file may hold one run, or several under their names.
+released before they returned. A file may hold one run, or several under their names. First, per
+problem and mode, each run's score (the geometric mean of its case means), how far the runs lie apart,
+and leaderboard against benchmark.
 """
 import argparse
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -40,19 +43,45 @@ def case_row(case: dict) -> str:
             f"{len(calls)} / {len(nulls)} | {early} |")
 
 
+def score(run: dict) -> float:
+    """The run's geometric mean of the case means, in us, as eval.py ranks it."""
+    means = [c["stats"]["mean"] / 1e3 for c in run["cases"] if c.get("stats")]
+    return math.exp(sum(map(math.log, means)) / len(means)) if means else float("nan")
+
+
+def summary(runs: list) -> list[str]:
+    """Per problem and mode: each run's score, the spread between them (largest / smallest - 1), and the
+    leaderboard's mean score against the benchmark's."""
+    scores = {}
+    for _name, run in runs:
+        where = Path(run["problem"])
+        problem = where.name if where.parent.name == "problems" else "repository root (MLA)"
+        scores.setdefault(problem, {}).setdefault(run["mode"], []).append(score(run))
+    lines = ["| problem | mode | score per run, us | runs apart | against benchmark |", "|---|---|---|---|---|"]
+    for problem, modes in scores.items():
+        bench = modes.get("benchmark")
+        for mode, values in modes.items():
+            apart = max(values) / min(values) - 1
+            against = (f"{statistics.mean(values) / statistics.mean(bench):.4f}"
+                       if bench and mode != "benchmark" else "")
+            lines.append(f"| {problem} | {mode} | {' / '.join(f'{v:.2f}' for v in values)} | {apart:.2%} | "
+                         f"{against} |")
+    return lines + [""]
+
+
 def report(paths: list[str]) -> str:
-    lines = []
-    for path in paths:
-        for name, run in runs_in(path):
-            margin = run.get("margin", {})
-            lines += [f"## {name}: {run['mode']}, {'pass' if run['ok'] else 'FAIL'}",
-                      "", f"{run['date']}; {run['device']}; python {run.get('python')}; margin max("
-                      f"{margin.get('abs_ns', 0) / 1e3:g} us, {margin.get('rel', 0):.0%})", "",
-                      "| case | status | reported mean us | gap us | overhead us (median ± sd) | null overhead us | "
-                      "calls / nulls | released early |", "|---|---|---|---|---|---|---|---|"]
-            lines += [case_row(c) for c in run["cases"] if c.get("calls")]
-            failed = [c for c in run["cases"] if c.get("error")]
-            lines += [f"\nfailed: {c['spec']}: {c['error']}" for c in failed] + [""]
+    runs = [named for path in paths for named in runs_in(path)]
+    lines = summary(runs)
+    for name, run in runs:
+        margin = run.get("margin", {})
+        lines += [f"## {name}: {run['mode']}, {'pass' if run['ok'] else 'FAIL'}",
+                  "", f"{run['date']}; {run['device']}; python {run.get('python')}; margin max("
+                  f"{margin.get('abs_ns', 0) / 1e3:g} us, {margin.get('rel', 0):.0%})", "",
+                  "| case | status | reported mean us | gap us | overhead us (median ± sd) | null overhead us | "
+                  "calls / nulls | released early |", "|---|---|---|---|---|---|---|---|"]
+        lines += [case_row(c) for c in run["cases"] if c.get("calls")]
+        failed = [c for c in run["cases"] if c.get("error")]
+        lines += [f"\nfailed: {c['spec']}: {c['error']}" for c in failed] + [""]
     return "\n".join(lines)
 
 

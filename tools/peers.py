@@ -9,12 +9,36 @@ timed call is the peer's kernel launch alone.
     peer = mla_peer(data)        # None, and why, where FlashMLA is not there
     out = peer.call()            # (total_q, 16, 512) bf16, as custom_kernel returns
 """
+import os
+import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 PAGE = 64  # tokens a cache page holds: FlashMLA's page_block_size here, the paged kit's block size
+HERE = os.path.dirname(os.path.abspath(__file__))
+PAGED_PROBLEM = os.path.join(os.path.dirname(HERE), "problems", "paged_mqa_logits")
+
+# A peer's extension can kill the process it runs in (DeepGEMM's metadata call has segfaulted), which
+# would take the bench tool's whole table with it: so its first call runs once in a child process, on a
+# small input of the problem, before the tool's own process makes it.
+PAGED_FIRST_CALL = (
+    f"import sys; sys.path[:0] = [{HERE!r}, {PAGED_PROBLEM!r}]\n"
+    "import peers, reference\n"
+    "peers.paged_peer(reference.generate_input(batch=2, next_n=2, context=300, seed=1), in_child=True)\n"
+    "import torch; torch.cuda.synchronize() if torch.cuda.is_available() else None\n")
+
+
+def killed_by_first_call(code: str, package: str) -> str:
+    """Why running code in a child process killed it (a signal, not an exception), or ''."""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
+    if run.returncode >= 0:
+        return ""
+    name = signal.Signals(-run.returncode).name if -run.returncode in signal.valid_signals() else "?"
+    return f"{package} killed its process on a small first call ({name})"
 
 
 @dataclass
@@ -84,15 +108,19 @@ def paged_context_lens_2d(context_lens: torch.Tensor, next_n: int) -> torch.Tens
     return (context_lens.to(torch.int32).unsqueeze(1) - next_n + 1 + steps).clamp(min=0).contiguous()
 
 
-def paged_peer(data):
+def paged_peer(data, in_child=False):
     """DeepGEMM's fp8 paged MQA logits over the fp8 pair (its SM90 kernel reads fp8 only), or (None, why).
     Its 1-D context lengths mean what the problem's mean; where its build takes only the 2-D form, that
     form is used, which leaves the positions past each row's length unwritten (the problem asks for -inf
-    there): the note says so, and such a call writes fewer bytes than the submission must."""
+    there): the note says so, and such a call writes fewer bytes than the submission must. Unless
+    in_child, the first call is made in a child process first (PAGED_FIRST_CALL): one that kills it
+    costs the column, not the tool."""
     try:
         import deep_gemm
     except ImportError as e:
         return None, f"deep_gemm does not import ({e})"
+    if not in_child and (why := killed_by_first_call(PAGED_FIRST_CALL, "deep_gemm")):
+        return None, why
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
     q8, kv8 = q["fp8"], kv_cache["fp8"]
     next_n = q8.shape[1]

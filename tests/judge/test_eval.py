@@ -852,12 +852,16 @@ def test_a_prefetch_head_start_stays_within_its_bound(l2_sized_case, tmp_path, p
     """The one head start the judge cannot stop (docs/judge.md): the inputs read into L2 the moment they
     are written, by a copy engine or by a kernel on another stream (which may start once the full-SM hold
     has let go). Against the shipped submission, on an input that fits in L2 (its best case), what it
-    gains stays within the bound the docs state."""
+    gains stays within the bound the docs state, or the judge's clock sees the side work beside the call
+    and fails the case (the read of a kernel on another stream, measured on the H200)."""
     tool = tmp_path / "prefetch.py"
     tool.write_text((ROOT / "tools" / "copy_engine_prefetch.py").read_text().replace(
         'PREFETCH = "copy"', f'PREFETCH = "{prefetch}"'))
     cmd = [sys.executable, str(ROOT / "eval.py"), "compare", str(ROOT / "submission.py"), str(tool), l2_sized_case]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if run.returncode == 112 and "below what the judge's clock allows" in run.stdout:
+        assert "B: the times reported" in run.stdout, run.stdout  # caught in B, the prefetching side
+        return
     assert run.returncode == 0, run.stdout + run.stderr
     ratio = float(re.search(r"geometric mean of A/B over the cases: ([0-9.]+)", run.stdout).group(1))
     assert ratio <= COPY_ENGINE_HEAD_START, run.stdout
