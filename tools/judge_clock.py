@@ -12,13 +12,13 @@ and leaderboard against benchmark.
 """
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import eval as harness  # noqa: E402  (the judge's own statistic)
+from problem_loader import geomean  # noqa: E402
 
 
 def runs_in(path: str):
@@ -46,7 +46,7 @@ def case_row(case: dict) -> str:
 def score(run: dict) -> float:
     """The run's geometric mean of the case means, in us, as eval.py ranks it."""
     means = [c["stats"]["mean"] / 1e3 for c in run["cases"] if c.get("stats")]
-    return math.exp(sum(map(math.log, means)) / len(means)) if means else float("nan")
+    return geomean(means) if means else float("nan")
 
 
 def summary(runs: list) -> list[str]:

@@ -9,6 +9,7 @@ timed call is the peer's kernel launch alone.
     peer = mla_peer(data)        # None, and why, where FlashMLA is not there
     out = peer.call()            # (total_q, 16, 512) bf16, as custom_kernel returns
 """
+import functools
 import os
 import signal
 import subprocess
@@ -32,6 +33,7 @@ PAGED_FIRST_CALL = (
     "import torch; torch.cuda.synchronize() if torch.cuda.is_available() else None\n")
 
 
+@functools.cache  # once per process: the bench tools ask for a peer on every shape
 def killed_by_first_call(code: str, package: str) -> str:
     """Why running code in a child process killed it (a signal, not an exception), or ''."""
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
