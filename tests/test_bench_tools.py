@@ -160,7 +160,8 @@ def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_pa
             sys.path.remove(str(PAGED))
             sys.modules.pop("bench", None)
         results = [dict(spec={"batch": b, "next_n": 1, "context": 1024, "seed": 1}, plan=("fp8", 2, 4, 4, 1, 1, 1, 1),
-                        gpu=gpu, host=5.0, host_jit=9.0, bytes=4_200_000, good=True, worst=0.01, peer_us=peer,
+                        gpu=gpu, host=5.0, host_jit=9.0, bytes=4_200_000, good=True, worst=0.01,
+                        peer_name="DeepGEMM 2.3.0+local (fp8)", peer_us=peer,
                         peer_worst=0.02, note=note, fp8_bytes=4_200_000, min_bytes=2_000_000)
                    for b, gpu, peer, note in ((64, 10.0, 20.0, ""), (256, 40.0, 20.0, "2-D context lengths"))]
         out = tmp_path / "results.md"
@@ -168,6 +169,7 @@ def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_pa
     text = out.read_text()
     assert "| 64 | 1 | 1024 | ('fp8', 2, 4, 4, 1, 1, 1, 1) | ok | 10.0 | 1.0 | 0.10 | 5.0 | 20.0 | 0.02 | 0.50 |" in text
     assert "geometric mean: 20.0 us, DeepGEMM 20.0 us" in text and "DeepGEMM: 2-D context lengths" in text
+    assert "the peer as it names itself: DeepGEMM 2.3.0+local (fp8)" in text
 
 
 def test_the_judge_clock_summary_gives_each_runs_score_and_their_agreement():

@@ -142,4 +142,4 @@ def paged_peer(data, in_child=False):
         return logits(q8, kv8, weights, lens, block_tables, meta, max_model_len, clean)
 
     call()
-    return Peer("DeepGEMM (fp8)", call, note), ""
+    return Peer(f"DeepGEMM {getattr(deep_gemm, '__version__', '(version unknown)')} (fp8)", call, note), ""

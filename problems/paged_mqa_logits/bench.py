@@ -108,6 +108,7 @@ def write_results(path, plot, stamp, results, iters):
              "| batch | next_n | context | plan | check | us | floor us | floor / us | host us | DeepGEMM us | "
              "DeepGEMM err / tol | us / DeepGEMM |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = set()
+    names = sorted({r["peer_name"] for r in results if r["peer_name"]})
     for r in results:
         s, best, t_gpu, t_host, nbytes, good, peer_us, peer_worst, note = (
             r["spec"], r["plan"], r["gpu"], r["host"], r["bytes"], r["good"], r["peer_us"], r["peer_worst"], r["note"])
@@ -119,6 +120,7 @@ def write_results(path, plot, stamp, results, iters):
     lines.append(f"\ngeometric mean: {geomean([r['gpu'] for r in results]):.1f} us, "
                  f"DeepGEMM {geomean([r['peer_us'] for r in results]):.1f} us")
     lines += [f"\nDeepGEMM: {n}" for n in sorted(notes) if n]
+    lines += [f"\nthe peer as it names itself: {n}" for n in names]
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"results: {path}")
@@ -256,7 +258,8 @@ def main():
                     print(f"  {peer[0] or 'DeepGEMM'}: gpu {peer[1]:.1f} us, max err/tol {peer[2]:.3g} {peer[3]}",
                           flush=True)
                 results.append(dict(spec=s, plan=best, gpu=t_gpu, host=t_host, host_jit=t_host_jit, bytes=nbytes,
-                                    good=good, worst=worst_err, peer_us=peer[1], peer_worst=peer[2], note=peer[3],
+                                    good=good, worst=worst_err, peer_name=peer[0], peer_us=peer[1],
+                                    peer_worst=peer[2], note=peer[3],
                                     fp8_bytes=moved_bytes(data, "fp8"), min_bytes=R.min_bytes(data)))
         S.PLANS[key] = candidates[0]
         data = refs = valid = out = None  # the shape's tensors freed before the next is generated
