@@ -174,7 +174,7 @@ def main():
     ap.add_argument("--no-peer", action="store_true", help="leave FlashMLA out")
     args = ap.parse_args()
     lines = []
-    stamp = results_stamp("python tools/bench_mla.py")
+    stamp = results_stamp("python tools/bench_mla.py " + " ".join(sys.argv[1:]))
     hdr = (f"# MLA decode results\n\n{stamp}. ms: median GPU time of {args.reps} calls as eval.py ranks it (the "
            "judge's L2 flush before each, the call queued behind a hold); floor: the bytes the plan's format "
            "must move (cache, q, output) at 4.2 TB/s; FlashMLA: its SM90 dense decode of the bf16 cache on the "

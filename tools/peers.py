@@ -23,9 +23,10 @@ PAGE = 64  # tokens a cache page holds: FlashMLA's page_block_size here, the pag
 HERE = os.path.dirname(os.path.abspath(__file__))
 PAGED_PROBLEM = os.path.join(os.path.dirname(HERE), "problems", "paged_mqa_logits")
 
-# A peer's extension can kill the process it runs in (DeepGEMM's metadata call has segfaulted), which
-# would take the bench tool's whole table with it: so its first call runs once in a child process, on a
-# small input of the problem, before the tool's own process makes it.
+# A peer's extension can kill the process it runs in (a DeepGEMM build whose C++ runtime differs from
+# torch's segfaults in its first call), which would take the bench tool's whole table with it: so its
+# first call runs once in a child process, on a small input of the problem, before the tool's own
+# process makes it.
 PAGED_FIRST_CALL = (
     f"import sys; sys.path[:0] = [{HERE!r}, {PAGED_PROBLEM!r}]\n"
     "import peers, reference\n"

@@ -278,7 +278,7 @@ def main():
               f"{nb / tg / 1e3:5.0f} {r['host']:7.1f} {nb / PEAK_BW * 1e6:8.1f} {r['good']} {r['worst']:.3g}")
     print(f"geomean: gpu {geomean(r['gpu'] for r in results):.1f} us")
     if args.final:
-        write_results(args.out, args.plot, results_stamp("python problems/paged_mqa_logits/bench.py --final"),
+        write_results(args.out, args.plot, results_stamp("python problems/paged_mqa_logits/bench.py " + " ".join(sys.argv[1:])),
                       results, args.iters)
 
 
