@@ -153,7 +153,7 @@ def main():
     ap.add_argument("--final", action="store_true")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--skip-tests", action="store_true")
-    ap.add_argument("--formats", default="fp8,fp4,fp4w", help="plan formats the sweep tries")
+    ap.add_argument("--formats", default="fp8,fp8w,fp4,fp4w", help="plan formats the sweep tries")
     ap.add_argument("--out", default=os.path.join(HERE, "results_paged_h200.md"), help="--final's results file")
     ap.add_argument("--plot", default=os.path.join(HERE, "results_paged_h200.png"), help="--final's picture")
     ap.add_argument("--no-peer", action="store_true", help="leave DeepGEMM out")
@@ -172,7 +172,7 @@ def main():
             res.append(R.check_implementation(data, out))
         other = [R.check_implementation(data, S.launch(data, p))[0]
                  for p in [("fp8", 2, 4, 4, 1, 1, 1, 1), ("fp8", 1, 2, 4, 0, 0, 0, 0), ("fp4", 4, 3, 8, 1, 0, 1, 0),
-                           ("fp4", 2, 2, 4, 0, 0, 0, 0), ("fp4w", 4, 3, 4, 0, 1, 1, 0)]]
+                           ("fp4", 2, 2, 4, 0, 0, 0, 0), ("fp8w", 4, 3, 4, 0, 1, 1, 0), ("fp4w", 4, 3, 4, 0, 1, 1, 0)]]
         print(f"test {s}: route={reason} first={res[0][0]} cached={res[1][0]} other plans={other} "
               f"{res[1][1][:100]}", flush=True)
     print(f"launch cache: {S.route_count()} entries", flush=True)
@@ -221,7 +221,7 @@ def main():
             run_plans(candidates)
         else:
             for fmt in args.formats.split(","):
-                if fmt == "fp4w":  # the Gluon kernel: one warpgroup, TMA keys and scales
+                if fmt in S.GLUON_FORMATS:  # the Gluon kernels: one warpgroup, TMA keys and scales
                     run_plans([(fmt, c, st, 4, 0, 1, 1, 0) for c in (4, 8, 16, 32) for st in (2, 3, 4)])
                     continue
                 run_plans([(fmt, c, st, w, 1, 0, 1, 0) for c in (4, 8, 16) for st in (2, 3, 4) for w in (4, 8)])

@@ -5,7 +5,7 @@ GPU time.
     python problems/paged_mqa_logits/sass_offline.py FMT CHUNK STAGES WARPS [NEXT_N]    e.g. fp4 8 3 4
 
 FMT fp8 / fp4 builds the Triton kernel on that pair (KV_TMA=0 in the environment: the plain-load key
-variant), fp4w the Gluon kernel (WARPS is then 4: one warpgroup). The cubin, SASS, TTGIR and PTX are
+variant), fp8w / fp4w the Gluon kernel on that pair (WARPS is then 4: one warpgroup). The cubin, SASS, TTGIR and PTX are
 written to /tmp.
 """
 import os
@@ -50,27 +50,34 @@ def compile_triton(fmt, chunk, stages, warps, next_n=1):
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
 
 
-def compile_fp4w(chunk=8, stages=3, next_n=1):
-    """_fp4_wgmma_kernel (plan format fp4w) for sm_90: one warpgroup."""
+def compile_gluon(fmt="fp4w", chunk=8, stages=3, next_n=1):
+    """The Gluon kernel of plan format fmt (fp8w: _fp8_wgmma_kernel, fp4w: _fp4_wgmma_kernel) for sm_90."""
     from triton.experimental.gluon._runtime import GluonASTSource
     gl = S.gl
-    k_layout = gl.NVMMASharedLayout.get_default_for([S.BLOCK, 64], gl.uint8)
-    w_layout = gl.NVMMASharedLayout.get_default_for([S.BLOCK], gl.int32)
-    signature = {"k_desc": f"tensordesc<u8[{S.BLOCK}, 64],{k_layout!r}>",
-                 "w_desc": f"tensordesc<i32[{S.BLOCK}],{w_layout!r}>",
-                 "q_ptr": "*u8", "q_scale_ptr": "*i32", "kv_ptr": "*u8", "kv_word_ptr": "*i32", "w_ptr": "*fp32",
-                 "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32", "bt_stride": "i32", "out_stride": "i32",
-                 "max_model_len": "i32"}
+    fp8 = fmt == "fp8w"
+    rb, k_type, w_type = (S.D, gl.float8e4nv, gl.float32) if fp8 else (S.D // 2, gl.uint8, gl.int32)
+    k_layout = gl.NVMMASharedLayout.get_default_for([S.BLOCK, rb], k_type)
+    w_layout = gl.NVMMASharedLayout.get_default_for([S.BLOCK], w_type)
+    k_elt, w_elt, q_elt = ("fp8e4nv", "fp32", "fp8e4nv") if fp8 else ("u8", "i32", "u8")
+    signature = {"k_desc": f"tensordesc<{k_elt}[{S.BLOCK}, {rb}],{k_layout!r}>",
+                 "s_desc" if fp8 else "w_desc": f"tensordesc<{w_elt}[{S.BLOCK}],{w_layout!r}>",
+                 "q_ptr": f"*{q_elt}", "q_scale_ptr": "*fp8e4nv" if fp8 else "*i32", "kv_ptr": f"*{k_elt}",
+                 "kv_word_ptr": f"*{w_elt}", "w_ptr": "*fp32", "ctx_ptr": "*i32", "bt_ptr": "*i32", "out_ptr": "*fp32",
+                 "bt_stride": "i32", "out_stride": "i32", "max_model_len": "i32"}
     constexprs = {"NEXT_N": next_n, "H": S.H, "BLOCK": S.BLOCK, "CHUNK": chunk, "NUM_STAGES": stages}
+    if fp8:
+        constexprs["D"] = S.D
     signature.update({k: "constexpr" for k in constexprs})
-    src = GluonASTSource(S._fp4_wgmma_kernel, signature, constexprs, ALIGNED)
+    kernel = S._fp8_wgmma_kernel if fp8 else S._fp4_wgmma_kernel
+    src = GluonASTSource(kernel, signature, constexprs, ALIGNED)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 
 def main():
     fmt, chunk, stages, warps = sys.argv[1], *map(int, sys.argv[2:5])
     next_n = int(sys.argv[5]) if len(sys.argv) > 5 else 1
-    kernel = compile_fp4w(chunk, stages, next_n) if fmt == "fp4w" else compile_triton(fmt, chunk, stages, warps, next_n)
+    kernel = (compile_gluon(fmt, chunk, stages, next_n) if fmt in S.GLUON_FORMATS
+              else compile_triton(fmt, chunk, stages, warps, next_n))
     path = f"/tmp/paged_{fmt}_{chunk}_{stages}_{warps}_{next_n}"
     sass = sass_of(kernel, path)
     with open(path + ".sass", "w") as f:

@@ -2,7 +2,7 @@
 #!POPCORN gpu H100
 """
 Paged MQA logits on Hopper: a Triton kernel reading either format pair (constexpr FMT), and a Gluon
-kernel for the fp4 pair (plan format "fp4w").
+kernel for each pair (plan formats "fp8w" and "fp4w").
 
 Grid (page chunks, batch). A program loads its sequence's q rows and weights once (q stays on chip
 for the whole page loop), then walks CHUNK logical pages; each page's keys come in by TMA, the page
@@ -20,10 +20,12 @@ whole (rows, max_model_len) output is written exactly once, by this one kernel.
       block scales folded in, so one bf16 wgmma pair per page (HGMMA; even and odd elements) gives
       the exact products summed in fp32. Half the cache bytes of fp8, but on the H200 it is slower
       (135 vs 84 us at batch 256 x 8192; docs/paged_design.md "The fp4 kernels"), so PLANS read fp8.
-  fp4w (Gluon, below the Triton kernel): the fp4 pair with the keys read from shared memory straight
-      into the wgmma register operand and decoded there to e5m2 with the block scales folded in; one
-      fp8 wgmma pair per page (QGMMA). 110 us at batch 256 x 8192: issue-bound (about 370 instructions
-      per thread per page, decode and epilogue), still slower than fp8, so no plan uses it either.
+  fp8w (Gluon): the fp8 pair as the Triton kernel reads it, keys and key scales by TMA on one mbarrier
+      a page, the logits stored from the reduction's layout (no layout conversion). Within ~2 % of the
+      Triton kernel at next_n 1, ~2 % faster at next_n 2; not yet through eval.py, so no plan uses it.
+  fp4w (Gluon): the fp4 pair with the keys read from shared memory straight into the wgmma register
+      operand and decoded there to e5m2 with the block scales folded in; one fp8 wgmma pair per page
+      (QGMMA). Issue-bound (the decode and the epilogue), still slower than fp8, so no plan uses it.
 
 Per-shape plans (PLANS) pick the format, chunk, pipeline depth and which loads use TMA.
 
@@ -68,8 +70,9 @@ H, D, BLOCK = 64, 128, 64
 FMT_FP8, FMT_FP4 = 8, 4
 # Kernels by plan format: "fp8" and "fp4" run the Triton kernel on that format pair; "fp4w" runs the
 # Gluon kernel on the fp4 pair (keys decoded into the wgmma register operand).
-FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4}
-PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4"}  # the input pair a plan format reads
+FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4, "fp8w": FMT_FP8}
+PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4", "fp8w": "fp8"}  # the input pair a plan format reads
+GLUON_FORMATS = ("fp4w", "fp8w")  # plan formats run by a Gluon kernel
 # The cache seen as 2-D rows of ROW_BYTES: a block is CACHE_ROWS_PER_BLOCK rows (keys, then scales).
 ROW_BYTES = {f: {"fp8": D, "fp4": D // 2}[pair] for f, pair in PAIR.items()}  # 128 / 64
 CACHE_ROWS_PER_BLOCK = {f: BLOCK * (rb + 4) // rb for f, rb in ROW_BYTES.items()}  # 66 / 68
@@ -118,7 +121,10 @@ def plan_for(batch: int, next_n: int, max_model_len: int) -> Plan:
     plan = PLANS.get((batch, next_n, max_model_len))
     if plan is None:
         return _default_plan(batch, next_n, max_model_len)
-    return plan if isinstance(plan, Plan) else Plan(*plan)  # (a table edited by hand may hold tuples)
+    plan = plan if isinstance(plan, Plan) else Plan(*plan)  # (a table edited by hand may hold tuples)
+    if plan.fmt in GLUON_FORMATS and _GLUON_ERROR is not None:  # a Triton without Gluon: the Triton kernel
+        return _default_plan(batch, next_n, max_model_len)
+    return plan
 
 
 def _shape_of(data):
@@ -254,15 +260,21 @@ if triton is not None:
                 s = _dot(k_hi, q_hi, s)
             x = tl.maximum(s, 0.0) * w[None, :]
             cols = p * BLOCK + tok
-            for i in tl.static_range(NEXT_N):
-                if NEXT_N == 1:
-                    li = tl.sum(x, axis=1)
-                else:
-                    li = tl.sum(tl.where((hcol // H == i)[None, :], x, 0.0), axis=1)
+            if NEXT_N == 1:
+                li = tl.sum(x, axis=1)
                 if FMT == 8:
                     li = li * sc
-                li = tl.where(cols <= ctx - NEXT_N + i, li, float("-inf"))
-                tl.store(out_row + i * out_stride + cols, li, mask=cols < max_model_len)
+                li = tl.where(cols <= ctx - 1, li, float("-inf"))
+                tl.store(out_row + cols, li, mask=cols < max_model_len)
+            else:
+                # [BLOCK, NEXT_N] in one reduction and one store: one layout conversion a page, not one
+                # per query row
+                nn = tl.arange(0, NEXT_N)
+                li = tl.sum(tl.reshape(x, [BLOCK, NEXT_N, H]), axis=2)
+                if FMT == 8:
+                    li = li * sc[:, None]
+                li = tl.where(cols[:, None] <= ctx - NEXT_N + nn[None, :], li, float("-inf"))
+                tl.store(out_row + nn[None, :] * out_stride + cols[:, None], li, mask=(cols < max_model_len)[:, None])
 
         neg = tl.full([BLOCK], float("-inf"), tl.float32)
         for p in range(tl.maximum(p0, n_pages), p0 + CHUNK):
@@ -365,12 +377,40 @@ if gluon is not None:
 
     @gluon.jit
     def _issue(k_desc, w_desc, blk, p, p_end, k_dst, w_dst, bar, ROWS_PER_BLOCK: gl.constexpr,
-               BLOCK: gl.constexpr):
-        """Start the TMA loads of logical page p, block blk (if p < p_end): packed keys and scale words."""
+               BLOCK: gl.constexpr, WORDS_PER_ROW: gl.constexpr):
+        """Start the TMA loads of logical page p, block blk (if p < p_end): its keys and its scale words
+        (the cache's rows are WORDS_PER_ROW 32-bit words)."""
         pred = p < p_end
         mbarrier.expect(bar, k_desc.block_type.nbytes + w_desc.block_type.nbytes, pred=pred)
         gtma.async_copy_global_to_shared(k_desc, [blk * ROWS_PER_BLOCK, 0], bar, k_dst, pred=pred)
-        gtma.async_copy_global_to_shared(w_desc, [(blk * ROWS_PER_BLOCK + BLOCK) * 16], bar, w_dst, pred=pred)
+        gtma.async_copy_global_to_shared(w_desc, [(blk * ROWS_PER_BLOCK + BLOCK) * WORDS_PER_ROW], bar, w_dst,
+                                         pred=pred)
+
+    @gluon.jit
+    def _ring_start(k_desc, w_desc, k_smem, w_smem, bars, bt_row, p0, p_end, ROWS_PER_BLOCK: gl.constexpr,
+                    BLOCK: gl.constexpr, WORDS_PER_ROW: gl.constexpr):
+        """The page ring's mbarriers set up and its slots' first pages (p0, p0 + 1, ...) started; returns
+        the block of the page the first refill loads, read one iteration ahead (a table load right before
+        the TMA issue would stall every iteration for a memory latency)."""
+        NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(bars.index(i), count=1)
+        for i in gl.static_range(NUM_STAGES):
+            blk = gl.load(bt_row + p0 + i, mask=p0 + i < p_end, other=0)
+            _issue(k_desc, w_desc, blk, p0 + i, p_end, k_smem.index(i), w_smem.index(i), bars.index(i),
+                   ROWS_PER_BLOCK, BLOCK, WORDS_PER_ROW)
+        return gl.load(bt_row + p0 + NUM_STAGES, mask=p0 + NUM_STAGES < p_end, other=0)
+
+    @gluon.jit
+    def _write_tail(out_row, out_stride, p_from, p0, max_model_len, CHUNK: gl.constexpr, BLOCK: gl.constexpr,
+                    NEXT_N: gl.constexpr, num_warps: gl.constexpr):
+        """-inf in the chunk's pages from p_from on (past the context), every query row."""
+        out_l: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+        neg = gl.full([BLOCK], float("-inf"), gl.float32, layout=out_l)
+        tok_o = gl.arange(0, BLOCK, layout=out_l)
+        for p in range(p_from, p0 + CHUNK):
+            for i in gl.static_range(NEXT_N):
+                gl.store(out_row + i * out_stride + p * BLOCK + tok_o, neg, mask=p * BLOCK + tok_o < max_model_len)
 
     @gluon.jit(do_not_specialize=["bt_stride", "out_stride", "max_model_len"])
     def _fp4_wgmma_kernel(k_desc, w_desc, q_ptr, q_scale_ptr, kv_ptr, kv_word_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
@@ -385,7 +425,6 @@ if gluon is not None:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QN, 32])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         rows2d: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])  # packed q; the fallback's scores
-        out_l: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
         q_smem_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([QN, RB], gl.float8e5)
 
         pid_c = gl.program_id(0)
@@ -397,15 +436,7 @@ if gluon is not None:
         k_smem = gl.allocate_shared_memory(gl.uint8, [NUM_STAGES, BLOCK, RB], k_desc.layout)
         w_smem = gl.allocate_shared_memory(gl.int32, [NUM_STAGES, BLOCK], w_desc.layout)
         bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(NUM_STAGES):
-            mbarrier.init(bars.index(i), count=1)
-        for i in gl.static_range(NUM_STAGES):
-            blk = gl.load(bt_row + p0 + i, mask=p0 + i < p_end, other=0)
-            _issue(k_desc, w_desc, blk, p0 + i, p_end, k_smem.index(i), w_smem.index(i), bars.index(i),
-                   ROWS_PER_BLOCK, BLOCK)
-        # the block of the page the next refill loads, read one iteration ahead: a table load right
-        # before the TMA issue would stall every iteration for a memory latency
-        blk_next = gl.load(bt_row + p0 + NUM_STAGES, mask=p0 + NUM_STAGES < p_end, other=0)
+        blk_next = _ring_start(k_desc, w_desc, k_smem, w_smem, bars, bt_row, p0, p_end, ROWS_PER_BLOCK, BLOCK, RB // 4)
 
         # q, folded once into the two B operands (e5m2 [QN, 64], K contiguous)
         hq = gl.arange(0, QN, layout=gl.SliceLayout(1, rows2d))
@@ -435,7 +466,7 @@ if gluon is not None:
             acc = warpgroup_mma(k_hi, q_hi_smem.permute((1, 0)), acc, is_async=True)
             _cta_barrier()                                    # every warp has read this slot: refill it
             _issue(k_desc, w_desc, blk_next, p + NUM_STAGES, p_end, k_smem.index(slot), w_smem.index(slot),
-                   bars.index(slot), ROWS_PER_BLOCK, BLOCK)
+                   bars.index(slot), ROWS_PER_BLOCK, BLOCK, RB // 4)
             blk_next = gl.load(bt_row + p + NUM_STAGES + 1, mask=p + NUM_STAGES + 1 < p_end, other=0)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             cols = p * BLOCK + tok
@@ -465,11 +496,76 @@ if gluon is not None:
                 _write(s, w_exact, gl.full([BLOCK], 1.0, gl.float32, layout=gl.SliceLayout(1, rows2d)),
                        p * BLOCK + tb, ctx, out_row, out_stride, max_model_len, hb, NEXT_N, H)
 
-        neg = gl.full([BLOCK], float("-inf"), gl.float32, layout=out_l)
-        tok_o = gl.arange(0, BLOCK, layout=out_l)
-        for p in range(gl.maximum(p0, n_pages), p0 + CHUNK):
-            for i in gl.static_range(NEXT_N):
-                gl.store(out_row + i * out_stride + p * BLOCK + tok_o, neg, mask=p * BLOCK + tok_o < max_model_len)
+        _write_tail(out_row, out_stride, gl.maximum(p0, n_pages), p0, max_model_len, CHUNK, BLOCK, NEXT_N, 4)
+
+if gluon is not None:
+    @gluon.jit
+    def _write_rows(s, w, sc, cols, ctx, out_row, out_stride, max_model_len, NEXT_N: gl.constexpr, H: gl.constexpr):
+        """_write with one reduction for all NEXT_N query rows: the heads of row i are columns i * H ..
+        i * H + H - 1 of s, summed as [BLOCK, NEXT_N, H] over its last dim (no masked sums, one store)."""
+        x = gl.maximum(s, 0.0) * gl.expand_dims(w, 0)
+        li = gl.sum(gl.reshape(x, [x.shape[0], NEXT_N, H]), axis=2)   # [BLOCK, NEXT_N]
+        rows_l: gl.constexpr = li.type.layout
+        cols2 = gl.expand_dims(gl.convert_layout(cols, gl.SliceLayout(1, rows_l)), 1)
+        sc2 = gl.expand_dims(gl.convert_layout(sc, gl.SliceLayout(1, rows_l)), 1)
+        nn = gl.expand_dims(gl.arange(0, NEXT_N, layout=gl.SliceLayout(0, rows_l)), 0)
+        li = gl.where(cols2 <= ctx - NEXT_N + nn, li * sc2, float("-inf"))
+        gl.store(out_row + nn * out_stride + cols2, li, mask=cols2 < max_model_len)
+
+    @gluon.jit(do_not_specialize=["bt_stride", "out_stride", "max_model_len"])
+    def _fp8_wgmma_kernel(k_desc, s_desc, q_ptr, q_scale_ptr, kv_ptr, kv_word_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
+                          bt_stride, out_stride, max_model_len, NEXT_N: gl.constexpr, H: gl.constexpr, D: gl.constexpr,
+                          BLOCK: gl.constexpr, CHUNK: gl.constexpr, NUM_STAGES: gl.constexpr):
+        # The fp8 pair in Gluon (plan format "fp8w"). k_desc: the cache as fp8 rows of D (box [BLOCK, D]);
+        # s_desc: as fp32 words (box [BLOCK], the page's key scales). q_scale_ptr, kv_ptr, kv_word_ptr:
+        # unused (the fp4 kernel's parameters, so that one launch path serves both). One warpgroup, grid
+        # (page chunks, batch), the page ring as the fp4 kernel's; one fp8 wgmma a page with both operands
+        # in shared memory (q staged once); the logits stored from the reduction's layout (no layout
+        # conversion, so no CTA barriers for one).
+        QN: gl.constexpr = NEXT_N * H
+        ROWS_PER_BLOCK: gl.constexpr = BLOCK * (D + 4) // D     # 66
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QN, 32])
+        q_l: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
+        q_smem_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([QN, D], gl.float8e4nv)
+
+        pid_c = gl.program_id(0)
+        b = gl.program_id(1)
+        ctx, n_pages, p0, p_end = _page_range(ctx_ptr, b, pid_c, CHUNK, BLOCK)
+        out_row = out_ptr + (b * NEXT_N).to(gl.int64) * out_stride
+        bt_row = bt_ptr + b.to(gl.int64) * bt_stride
+
+        k_smem = gl.allocate_shared_memory(gl.float8e4nv, [NUM_STAGES, BLOCK, D], k_desc.layout)
+        s_smem = gl.allocate_shared_memory(gl.float32, [NUM_STAGES, BLOCK], s_desc.layout)
+        bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        blk_next = _ring_start(k_desc, s_desc, k_smem, s_smem, bars, bt_row, p0, p_end, ROWS_PER_BLOCK, BLOCK, D // 4)
+
+        hq = gl.arange(0, QN, layout=gl.SliceLayout(1, q_l))
+        cq = gl.arange(0, D, layout=gl.SliceLayout(0, q_l))
+        q = gl.load(q_ptr + gl.expand_dims(b * QN + hq, 1) * D + gl.expand_dims(cq, 0))
+        q_smem = gl.allocate_shared_memory(gl.float8e4nv, [QN, D], q_smem_l, q)
+        fence_async_shared()
+        qt = q_smem.permute((1, 0))
+        heads = gl.arange(0, QN, layout=gl.SliceLayout(0, mma))
+        w = gl.load(w_ptr + b * QN + heads)
+        tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
+        acc0 = gl.zeros([BLOCK, QN], gl.float32, layout=mma)
+        for j in range(0, p_end - p0):
+            p = p0 + j
+            slot = j % NUM_STAGES
+            mbarrier.wait(bars.index(slot), (j // NUM_STAGES) & 1)
+            acc = warpgroup_mma(k_smem.index(slot), qt, acc0, use_acc=False, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            sc = s_smem.index(slot).load(gl.SliceLayout(1, mma))
+            _cta_barrier()                                    # every warp is done with this slot: refill it
+            _issue(k_desc, s_desc, blk_next, p + NUM_STAGES, p_end, k_smem.index(slot), s_smem.index(slot),
+                   bars.index(slot), ROWS_PER_BLOCK, BLOCK, D // 4)
+            blk_next = gl.load(bt_row + p + NUM_STAGES + 1, mask=p + NUM_STAGES + 1 < p_end, other=0)
+            _write_rows(acc, w, sc, p * BLOCK + tok, ctx, out_row, out_stride, max_model_len, NEXT_N, H)
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.invalidate(bars.index(i))
+
+        _write_tail(out_row, out_stride, gl.maximum(p0, n_pages), p0, max_model_len, CHUNK, BLOCK, NEXT_N, 4)
+
 
 
 def _format_tensors(data, fmt):
@@ -502,10 +598,10 @@ def can_route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
             return False, "inputs are not on a CUDA device"
         if torch.cuda.get_device_capability(qf.device) != (9, 0):
             return False, f"device is sm_{''.join(map(str, torch.cuda.get_device_capability(qf.device)))}, the kernel targets sm_90"
-    if fmt == "fp4w" and _GLUON_ERROR is not None:
+    if fmt in GLUON_FORMATS and _GLUON_ERROR is not None:
         return False, f"this Triton has no Gluon ({_GLUON_ERROR})"
     rb = ROW_BYTES[fmt]
-    if fmt == "fp8":
+    if PAIR[fmt] == "fp8":
         if qf.dtype != torch.float8_e4m3fn or qf.dim() != 4 or tuple(qf.shape[2:]) != (H, D):
             return False, f"q['fp8'] is {qf.dtype} {tuple(qf.shape)}, expected float8_e4m3fn (batch, next_n, {H}, {D})"
     else:
@@ -549,7 +645,7 @@ def can_route(data: input_t, fmt: str = "fp8", require_cuda: bool = True):
 def _cache_views(kv, fmt):
     """The cache as 2-D rows of ROW_BYTES (keys by TMA / plain loads) and as 32-bit words (scales)."""
     rows = kv.shape[0] * CACHE_ROWS_PER_BLOCK[fmt]
-    if fmt == "fp8":
+    if PAIR[fmt] == "fp8":
         return kv.view(torch.float8_e4m3fn).view(rows, D), kv.view(torch.float32).view(rows, D // 4)
     return kv.view(rows, D // 2), kv.view(torch.int32).view(rows, D // 8)
 
@@ -585,22 +681,29 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
     out = torch.empty((batch * next_n, max_model_len), dtype=torch.float32, device=weights.device)
     pages = (max_model_len + BLOCK - 1) // BLOCK
     grid = ((pages + chunk - 1) // chunk, batch)
-    if fmt == "fp4w":
+    if fmt in GLUON_FORMATS:
         if (warps, bt_vector, scale_tma, kv_tma, q_tma) != (4, 0, 1, 1, 0):
-            raise ValueError(f"plan {plan}: the Gluon fp4 kernel is one warpgroup with TMA keys and scales, "
-                             "(fp4w, chunk, stages, 4, 0, 1, 1, 0)")
+            raise ValueError(f"plan {plan}: a Gluon kernel is one warpgroup with TMA keys and scales, "
+                             f"({fmt}, chunk, stages, 4, 0, 1, 1, 0)")
         qts, kv = _format_tensors(data, fmt)
         keys, words = _cache_views(kv, fmt)
         words = words.reshape(-1)
+        k_type, w_type = (gl.uint8, gl.int32) if fmt == "fp4w" else (gl.float8e4nv, gl.float32)
         k_desc = GluonTensorDescriptor(keys, list(keys.shape), [keys.shape[1], 1], [BLOCK, keys.shape[1]],
-                                       gl.NVMMASharedLayout.get_default_for([BLOCK, keys.shape[1]], gl.uint8))
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK, keys.shape[1]], k_type))
         w_desc = GluonTensorDescriptor(words, [words.shape[0]], [1], [BLOCK],
-                                       gl.NVMMASharedLayout.get_default_for([BLOCK], gl.int32))
-        ck = _fp4_wgmma_kernel[grid](
-            k_desc, w_desc, qts[0], qts[1].view(torch.int32), keys, words, weights, context_lens, block_tables, out,
-            block_tables.stride(0), out.stride(0), max_model_len,
-            NEXT_N=next_n, H=H, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages, num_warps=4)
-        _record_compiled(("_fp4_wgmma_kernel", plan, out.device.index), ck)
+                                       gl.NVMMASharedLayout.get_default_for([BLOCK], w_type))
+        q_scales = qts[1].view(torch.int32) if fmt == "fp4w" else qts[0]  # (unused by the fp8 kernel)
+        args = (k_desc, w_desc, qts[0], q_scales, keys, words, weights, context_lens, block_tables, out,
+                block_tables.stride(0), out.stride(0), max_model_len)
+        if fmt == "fp8w":
+            kernel = _fp8_wgmma_kernel
+            ck = kernel[grid](*args, NEXT_N=next_n, H=H, D=D, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages,
+                              num_warps=4)
+        else:
+            kernel = _fp4_wgmma_kernel
+            ck = kernel[grid](*args, NEXT_N=next_n, H=H, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages, num_warps=4)
+        _record_compiled((kernel.__name__, plan, out.device.index), ck)
         return out
     args = _descriptors(data, fmt, next_n, q_tma, kv_tma, scale_tma)
     ck = _paged_mqa_logits_kernel[grid](
@@ -709,8 +812,9 @@ class _Route:
     def __init__(self, data, plan, ck):
         weights, max_model_len = data[2], data[5]
         batch, next_n, _ = _shape_of(data)
-        fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
-        self.fmt, self.plan = fmt, Plan(*plan)
+        self.plan = Plan(*plan)
+        fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = self.plan
+        self.fmt = fmt
         self.kernel = _DirectLaunch(ck)
         self.fill_tma = triton.runtime.driver.active.utils.fill_tma_descriptor
         self.stream_of = triton.runtime.driver.active.get_current_stream
@@ -723,9 +827,10 @@ class _Route:
         # Per descriptor parameter (None if the plan does not use it): source tensor (0 = q, 1 = the
         # cache), fill_tma_descriptor's leading parameters, row count (None: the cache's, read per
         # call) and width of the 2-D view (0: the cache as one row of 32-bit words, a 1-D descriptor).
-        if fmt == "fp4w":  # the Gluon kernel: keys [rows, 64] and scale words
+        if fmt in GLUON_FORMATS:  # the Gluon kernels: keys [rows, row bytes] and scale words
             specs = [(1, None, rb), (1, None, 0)]
-            self.tail = (next_n, H, BLOCK, chunk, stages)
+            self.tail = ((next_n, H, D, BLOCK, chunk, stages) if fmt == "fp8w"
+                         else (next_n, H, BLOCK, chunk, stages))
         else:
             specs = [(0, batch * qn, D) if q_tma else None, (1, None, rb) if kv_tma else None,
                      (1, None, D // 4) if scale_tma else None]

@@ -258,13 +258,21 @@ def test_routing_reasons(mods, case):
     # the Gluon kernel reads the fp4 pair: the same checks, and Gluon itself
     assert sub.can_route(case, "fp4w", require_cuda=False)[0]
     assert "kv_cache['fp4']" in sub.can_route(bad_kv4, "fp4w", require_cuda=False)[1]
+    # the Gluon fp8 kernel reads the fp8 pair
+    assert sub.can_route(case, "fp8w", require_cuda=False)[0]
+    assert "kv_cache['fp8']" in sub.can_route(bad_kv, "fp8w", require_cuda=False)[1]
+    assert sub.can_route(bad_kv4, "fp8w", require_cuda=False)[0]
 
 
-def test_fp4w_routes_to_the_reference_without_gluon(mods, case, monkeypatch):
+def test_gluon_plans_route_to_the_reference_without_gluon(mods, case, monkeypatch):
     ref, sub = mods
     monkeypatch.setattr(sub, "_GLUON_ERROR", "ImportError: no gluon")
-    ok, reason = sub.can_route(case, "fp4w", require_cuda=False)
-    assert not ok and "Gluon" in reason
+    for fmt in sub.GLUON_FORMATS:
+        ok, reason = sub.can_route(case, fmt, require_cuda=False)
+        assert not ok and "Gluon" in reason, fmt
+    # a shape planned on a Gluon kernel gets the Triton kernel's plan instead
+    monkeypatch.setitem(sub.PLANS, (2, 1, 640), sub.Plan("fp8w", 4, 3, 4, 0, 1, 1, 0))
+    assert sub.plan_for(2, 1, 640).fmt == "fp8"
     assert sub.can_route(case, "fp4", require_cuda=False)[0]  # the Triton kernels do not need it
 
 
@@ -457,7 +465,7 @@ def test_gluon_fp4_kernel_compiles_for_sm90_with_register_keys(mods):
     ref, sub = mods
     pytest.importorskip("triton.experimental.gluon")
     tool = _sass_tool(sub)
-    k = tool.compile_fp4w(chunk=8, stages=3, next_n=1)
+    k = tool.compile_gluon("fp4w", chunk=8, stages=3, next_n=1)
     ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
     assert "cp.async.bulk.tensor" in ptx and "wgmma.mma_async" in ptx and "e5m2.e5m2" in ptx
     assert ttgir.count("warp_group_dot ") >= 2 and "dot_op<{opIdx = 0" in ttgir
@@ -466,3 +474,23 @@ def test_gluon_fp4_kernel_compiles_for_sm90_with_register_keys(mods):
     # under 370 SASS instructions a thread (docs/paged_design.md; the fold decode it replaced was above).
     loop = tool.mma_loop(tool.sass_of(k))
     assert sum(text.startswith("QGMMA") for text in loop) == 4 and len(loop) < 370, len(loop)
+
+
+@pytest.mark.parametrize("next_n", [1, 2])
+def test_gluon_fp8_kernel_compiles_for_sm90(mods, next_n):
+    """The Gluon fp8 kernel (plan format fp8w) compiles for sm_90 on this CPU machine: keys and key scales
+    by TMA, 4 fp8 wgmmas a page (QGMMA, no HMMA), no spills, and the logits stored without a layout
+    conversion (no shared-memory round trip in the page loop but the key scales' read)."""
+    ref, sub = mods
+    pytest.importorskip("triton.experimental.gluon")
+    tool = _sass_tool(sub)
+    k = tool.compile_gluon("fp8w", chunk=16, stages=3, next_n=next_n)
+    assert "cp.async.bulk.tensor" in k.asm["ptx"] and "e4m3.e4m3" in k.asm["ptx"]
+    sass = tool.sass_of(k)
+    ops = tool.opcode_counts(sass)
+    assert ops["UTMALDG"] > 0 and ops["QGMMA"] > 0 and not ops["HMMA"] and not ops["LDL"] and not ops["STL"]
+    loop = tool.mma_loop(sass)
+    count = lambda op: sum(text.split()[0].split(".")[0] == op for text in loop)  # noqa: E731
+    assert count("QGMMA") == 4 and count("FMNMX") == 64 * 64 * next_n // 128  # a thread's scores a page
+    assert count("STS") == 0 and count("LDS") <= 2, (count("STS"), count("LDS"))
+    assert len(loop) < {1: 200, 2: 300}[next_n], len(loop)
