@@ -5,8 +5,8 @@ GPU time.
     python problems/paged_mqa_logits/sass_offline.py FMT CHUNK STAGES WARPS [NEXT_N]    e.g. fp4 8 3 4
 
 FMT fp8 / fp4 builds the Triton kernel on that pair (KV_TMA=0 in the environment: the plain-load key
-variant), fp8w / fp4w the Gluon kernel on that pair (WARPS is then 4: one warpgroup). The cubin, SASS, TTGIR and PTX are
-written to /tmp.
+variant), fp8w / fp4w the Gluon kernel on that pair (WARPS is then 4: one warpgroup). The cubin, SASS,
+TTGIR and PTX are written to /tmp.
 """
 import os
 import sys

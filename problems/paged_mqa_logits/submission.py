@@ -68,8 +68,8 @@ except Exception as exc:  # pragma: no cover - depends on the install
 
 H, D, BLOCK = 64, 128, 64
 FMT_FP8, FMT_FP4 = 8, 4
-# Kernels by plan format: "fp8" and "fp4" run the Triton kernel on that format pair; "fp4w" runs the
-# Gluon kernel on the fp4 pair (keys decoded into the wgmma register operand).
+# Kernels by plan format: "fp8" and "fp4" run the Triton kernel on that format pair; "fp8w" and "fp4w" the
+# Gluon kernel on that pair (fp4w: keys decoded into the wgmma register operand).
 FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4, "fp8w": FMT_FP8}
 PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4", "fp8w": "fp8"}  # the input pair a plan format reads
 GLUON_FORMATS = ("fp4w", "fp8w")  # plan formats run by a Gluon kernel
@@ -402,6 +402,17 @@ if gluon is not None:
         return gl.load(bt_row + p0 + NUM_STAGES, mask=p0 + NUM_STAGES < p_end, other=0)
 
     @gluon.jit
+    def _ring_refill(k_desc, w_desc, k_smem, w_smem, bars, slot, blk_next, p, p_end, bt_row,
+                     ROWS_PER_BLOCK: gl.constexpr, BLOCK: gl.constexpr, WORDS_PER_ROW: gl.constexpr):
+        """Once every warp has read the slot of page p: the slot refilled with page p + NUM_STAGES (block
+        blk_next); returns the block of the refill after."""
+        NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
+        _cta_barrier()
+        _issue(k_desc, w_desc, blk_next, p + NUM_STAGES, p_end, k_smem.index(slot), w_smem.index(slot),
+               bars.index(slot), ROWS_PER_BLOCK, BLOCK, WORDS_PER_ROW)
+        return gl.load(bt_row + p + NUM_STAGES + 1, mask=p + NUM_STAGES + 1 < p_end, other=0)
+
+    @gluon.jit
     def _write_tail(out_row, out_stride, p_from, p0, max_model_len, CHUNK: gl.constexpr, BLOCK: gl.constexpr,
                     NEXT_N: gl.constexpr, num_warps: gl.constexpr):
         """-inf in the chunk's pages from p_from on (past the context), every query row."""
@@ -464,10 +475,8 @@ if gluon is not None:
             k_lo, k_hi, k_emax, k_ok = _fold(k, words, cols_op)
             acc = warpgroup_mma(k_lo, q_lo_smem.permute((1, 0)), acc0, use_acc=False, is_async=True)
             acc = warpgroup_mma(k_hi, q_hi_smem.permute((1, 0)), acc, is_async=True)
-            _cta_barrier()                                    # every warp has read this slot: refill it
-            _issue(k_desc, w_desc, blk_next, p + NUM_STAGES, p_end, k_smem.index(slot), w_smem.index(slot),
-                   bars.index(slot), ROWS_PER_BLOCK, BLOCK, RB // 4)
-            blk_next = gl.load(bt_row + p + NUM_STAGES + 1, mask=p + NUM_STAGES + 1 < p_end, other=0)
+            blk_next = _ring_refill(k_desc, w_desc, k_smem, w_smem, bars, slot, blk_next, p, p_end, bt_row,
+                                    ROWS_PER_BLOCK, BLOCK, RB // 4)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             cols = p * BLOCK + tok
             k_ok = gl.convert_layout(k_ok.to(gl.int32), gl.SliceLayout(1, mma))
@@ -556,10 +565,8 @@ if gluon is not None:
             acc = warpgroup_mma(k_smem.index(slot), qt, acc0, use_acc=False, is_async=True)
             acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
             sc = s_smem.index(slot).load(gl.SliceLayout(1, mma))
-            _cta_barrier()                                    # every warp is done with this slot: refill it
-            _issue(k_desc, s_desc, blk_next, p + NUM_STAGES, p_end, k_smem.index(slot), s_smem.index(slot),
-                   bars.index(slot), ROWS_PER_BLOCK, BLOCK, D // 4)
-            blk_next = gl.load(bt_row + p + NUM_STAGES + 1, mask=p + NUM_STAGES + 1 < p_end, other=0)
+            blk_next = _ring_refill(k_desc, s_desc, k_smem, s_smem, bars, slot, blk_next, p, p_end, bt_row,
+                                    ROWS_PER_BLOCK, BLOCK, D // 4)
             _write_rows(acc, w, sc, p * BLOCK + tok, ctx, out_row, out_stride, max_model_len, NEXT_N, H)
         for i in gl.static_range(NUM_STAGES):
             mbarrier.invalidate(bars.index(i))
@@ -696,13 +703,9 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
         q_scales = qts[1].view(torch.int32) if fmt == "fp4w" else qts[0]  # (unused by the fp8 kernel)
         args = (k_desc, w_desc, qts[0], q_scales, keys, words, weights, context_lens, block_tables, out,
                 block_tables.stride(0), out.stride(0), max_model_len)
-        if fmt == "fp8w":
-            kernel = _fp8_wgmma_kernel
-            ck = kernel[grid](*args, NEXT_N=next_n, H=H, D=D, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages,
-                              num_warps=4)
-        else:
-            kernel = _fp4_wgmma_kernel
-            ck = kernel[grid](*args, NEXT_N=next_n, H=H, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages, num_warps=4)
+        kernel, row_dims = (_fp8_wgmma_kernel, {"D": D}) if fmt == "fp8w" else (_fp4_wgmma_kernel, {})
+        ck = kernel[grid](*args, NEXT_N=next_n, H=H, **row_dims, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages,
+                          num_warps=4)
         _record_compiled((kernel.__name__, plan, out.device.index), ck)
         return out
     args = _descriptors(data, fmt, next_n, q_tma, kv_tma, scale_tma)
@@ -812,9 +815,8 @@ class _Route:
     def __init__(self, data, plan, ck):
         weights, max_model_len = data[2], data[5]
         batch, next_n, _ = _shape_of(data)
-        self.plan = Plan(*plan)
-        fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = self.plan
-        self.fmt = fmt
+        fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
+        self.fmt, self.plan = fmt, Plan(*plan)
         self.kernel = _DirectLaunch(ck)
         self.fill_tma = triton.runtime.driver.active.utils.fill_tma_descriptor
         self.stream_of = triton.runtime.driver.active.get_current_stream
