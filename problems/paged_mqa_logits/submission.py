@@ -481,8 +481,8 @@ if gluon is not None:
             cols = p * BLOCK + tok
             k_ok = gl.convert_layout(k_ok.to(gl.int32), gl.SliceLayout(1, mma))
             k_bad = k_bad | ((cols < ctx) & (k_ok == 0)).to(gl.int32)
-            _write(acc, w, _pow2(gl.convert_layout(k_emax, gl.SliceLayout(1, mma)) - 129), cols, ctx, out_row,
-                   out_stride, max_model_len, heads, NEXT_N, H)
+            _write_rows(acc, w, _pow2(gl.convert_layout(k_emax, gl.SliceLayout(1, mma)) - 129), cols, ctx, out_row,
+                        out_stride, max_model_len, NEXT_N, H)
         for i in gl.static_range(NUM_STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -508,12 +508,80 @@ if gluon is not None:
         _write_tail(out_row, out_stride, gl.maximum(p0, n_pages), p0, max_model_len, CHUNK, BLOCK, NEXT_N, 4)
 
 if gluon is not None:
+    # The weighted head sum as FFMA chains. In the wgmma accumulator layout a thread holds, for each of its
+    # rows, columns 8 j + 2 l + e (l: its lane in the quad, e: 0 / 1), so a query row's H heads are H / 4
+    # registers of each of 4 lanes. Seen as [rows, NEXT_N, 4 lanes, H / 4 registers] and split register by
+    # register, they chain in H / 4 FFMAs a thread (gl.sum of relu(s) * w costs a multiply and an add per
+    # head), then the 4 lanes are summed across the quad.
+    @gluon.jit
+    def _halves(x):
+        """x [a, b, c, 2m] -> its even and odd registers along the last dim, each [a, b, c, m]."""
+        return gl.split(gl.reshape(x, [x.shape[0], x.shape[1], x.shape[2], x.shape[3] // 2, 2]))
+
+    @gluon.jit
+    def _fma2(x, w, acc):
+        x0, x1 = _halves(x)
+        w0, w1 = _halves(w)
+        return gl.fma(x1, w1, gl.fma(x0, w0, acc))
+
+    @gluon.jit
+    def _mul2(x, w):
+        x0, x1 = _halves(x)
+        w0, w1 = _halves(w)
+        return gl.fma(x1, w1, x0 * w0)  # starts from a product: a zeros_like accumulator has another layout
+
+    @gluon.jit
+    def _fma4(x, w, acc):
+        x0, x1 = _halves(x)
+        w0, w1 = _halves(w)
+        return _fma2(x1, w1, _fma2(x0, w0, acc))
+
+    @gluon.jit
+    def _mul4(x, w):
+        x0, x1 = _halves(x)
+        w0, w1 = _halves(w)
+        return _fma2(x1, w1, _mul2(x0, w0))
+
+    @gluon.jit
+    def _fma8(x, w, acc):
+        x0, x1 = _halves(x)
+        w0, w1 = _halves(w)
+        return _fma4(x1, w1, _fma4(x0, w0, acc))
+
+    @gluon.jit
+    def _mul8(x, w):
+        x0, x1 = _halves(x)
+        w0, w1 = _halves(w)
+        return _fma4(x1, w1, _mul4(x0, w0))
+
+    @gluon.jit
+    def _mul16(x, w):
+        x0, x1 = _halves(x)
+        w0, w1 = _halves(w)
+        return _fma8(x1, w1, _mul8(x0, w0))
+
+    @gluon.jit
+    def _by_lane(x, NEXT_N: gl.constexpr, H: gl.constexpr):
+        """x [BLOCK, NEXT_N * H] in the wgmma accumulator layout -> [BLOCK, NEXT_N, 4 lanes, H / 4]."""
+        x = gl.reshape(x, [x.shape[0], NEXT_N, H // 8, 4, 2])
+        return gl.reshape(gl.permute(x, (0, 1, 3, 2, 4)), [x.shape[0], NEXT_N, 4, H // 4])
+
+    @gluon.jit
+    def _head_sums(s, w, NEXT_N: gl.constexpr, H: gl.constexpr):
+        """sum over h of relu(s[:, i * H + h]) * w[i * H + h] -> [BLOCK, NEXT_N], s in the wgmma accumulator
+        layout, w [NEXT_N * H] in its SliceLayout(0)."""
+        gl.static_assert(H == 64, "the FFMA chain is written for 16 registers a lane")
+        x = gl.maximum(s, 0.0)
+        wx = gl.broadcast(gl.expand_dims(w, 0), x)[0]
+        part = _mul16(_by_lane(x, NEXT_N, H), _by_lane(wx, NEXT_N, H))   # [BLOCK, NEXT_N, 4, 1]
+        return gl.sum(gl.reshape(part, [x.shape[0], NEXT_N, 4]), axis=2)
+
     @gluon.jit
     def _write_rows(s, w, sc, cols, ctx, out_row, out_stride, max_model_len, NEXT_N: gl.constexpr, H: gl.constexpr):
-        """_write with one reduction for all NEXT_N query rows: the heads of row i are columns i * H ..
-        i * H + H - 1 of s, summed as [BLOCK, NEXT_N, H] over its last dim (no masked sums, one store)."""
-        x = gl.maximum(s, 0.0) * gl.expand_dims(w, 0)
-        li = gl.sum(gl.reshape(x, [x.shape[0], NEXT_N, H]), axis=2)   # [BLOCK, NEXT_N]
+        """A page's logits for all NEXT_N query rows from the wgmma accumulator s [BLOCK, NEXT_N * H] (w in
+        its SliceLayout(0); sc, cols in SliceLayout(1)): the heads of row i are columns i * H .. i * H + H - 1,
+        summed by _head_sums; x the key's factor, causal mask, one store."""
+        li = _head_sums(s, w, NEXT_N, H)   # [BLOCK, NEXT_N]
         rows_l: gl.constexpr = li.type.layout
         cols2 = gl.expand_dims(gl.convert_layout(cols, gl.SliceLayout(1, rows_l)), 1)
         sc2 = gl.expand_dims(gl.convert_layout(sc, gl.SliceLayout(1, rows_l)), 1)
