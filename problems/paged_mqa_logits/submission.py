@@ -83,7 +83,7 @@ _compiled = {}  # (kernel, plan, device) -> CompiledKernel, the latest launch la
 
 
 class Plan(NamedTuple):
-    fmt: str        # the input pair it reads: "fp8", "fp4" (the Triton kernel) or "fp4w" (the Gluon kernel)
+    fmt: str        # the input pair it reads: "fp8", "fp4" (the Triton kernel) or "fp8w", "fp4w" (the Gluon ones)
     chunk: int      # cache pages (blocks of 64 tokens) per program
     stages: int     # depth of the page pipeline
     warps: int
@@ -99,12 +99,12 @@ class Plan(NamedTuple):
 # one (the keys').
 PLANS = {
     (256, 1, 1344): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
-    (256, 1, 5376): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
-    (256, 1, 10688): Plan("fp8", 16, 3, 4, 1, 0, 1, 0),
+    (256, 1, 5376): Plan("fp8w", 8, 3, 4, 0, 1, 1, 0),
+    (256, 1, 10688): Plan("fp8w", 8, 3, 4, 0, 1, 1, 0),
     (256, 2, 10688): Plan("fp8", 16, 4, 4, 1, 0, 1, 0),
     (128, 1, 21312): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
     (64, 1, 42624): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
-    (32, 1, 85248): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
+    (32, 1, 85248): Plan("fp8w", 8, 3, 4, 0, 1, 1, 0),
 }
 DEFAULT_FORMAT = "fp8"
 

@@ -339,7 +339,10 @@ def test_plans_cover_benchmarks(mods):
         L = ref._round_up(int(1.3 * b["context"]), 64)
         plan = sub.plan_for(b["batch"], b["next_n"], L)
         assert len(plan) == 8 and plan[0] in sub.FMT_IDS and plan[1] in (1, 2, 4, 8, 16, 32, 64) and plan[3] in (4, 8)
-        assert plan[0] == "fp8" or plan[5] == plan[7] == 0  # the fp4 kernel loads q and scales plainly
+        if plan[0] == "fp4":  # the Triton fp4 kernel loads q and the scales plainly
+            assert plan[5] == plan[7] == 0
+        if plan[0] in sub.GLUON_FORMATS:  # the only tail the Gluon kernels take
+            assert tuple(plan[3:]) == (4, 0, 1, 1, 0)
 
 
 # ----------------------------------------------------------------------------------------------------
