@@ -172,6 +172,39 @@ def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_pa
     assert "the peer as it names itself: DeepGEMM 2.3.0+local (fp8)" in text
 
 
+def test_the_paged_sweep_times_each_plan_through_the_route_and_restores_the_plans(monkeypatch):
+    """bench.py's sweep installs a plan, times custom_kernel (the route's launches, which eval.py times; the
+    JIT launch path's host time can leak into a queued GPU time), and puts PLANS back; a route that does not
+    reproduce the plan's launch (a fallback) is an error, not a time."""
+    import importlib
+
+    with problem_modules(PAGED, ("reference", "submission")):
+        sys.path.insert(0, str(PAGED))
+        try:
+            bench = importlib.import_module("bench")
+        finally:
+            sys.path.remove(str(PAGED))
+            sys.modules.pop("bench", None)
+        S = bench.S
+        key, plan = (256, 1, 5376), ("fp8", 16, 4, 4, 1, 0, 1, 0)
+        shipped = dict(S.PLANS)
+        seen = []
+
+        def custom_kernel(data):  # what the route would run: the plan custom_kernel finds for the shape
+            seen.append(tuple(S.plan_for(*key)))
+            return torch.full((2,), float(seen[-1] == plan))
+        monkeypatch.setattr(S, "custom_kernel", custom_kernel)
+        monkeypatch.setattr(bench, "gpu_time", lambda fn, iters: (fn(), 7.5)[1])
+        assert bench.route_gpu_time(None, key, plan, 10, torch.ones(2)) == 7.5
+        assert set(seen) == {plan} and S.PLANS == shipped and S.route_count() == 0
+        with pytest.raises(RuntimeError, match="does not reproduce"):
+            bench.route_gpu_time(None, key, plan, 10, torch.zeros(2))
+        assert S.PLANS == shipped
+        new_key = (1, 1, 64)
+        bench.route_gpu_time(None, new_key, plan, 10, torch.zeros(2))  # a shape PLANS lacks: removed after
+        assert new_key not in S.PLANS
+
+
 def test_the_judge_clock_summary_gives_each_runs_score_and_their_agreement():
     import judge_clock
 

@@ -6,8 +6,10 @@ Device script for the paged MQA logits kernel: compile, correctness, SASS, timin
                                                          # beside DeepGEMM; write the results file and picture
 
 Timing: GPU time as eval.py ranks it (tools/problem_loader.median_gpu_us: the judge's L2 flush, the
-call queued behind a hold), median of --iters calls. GB/s counts the bytes that must move: every cache block in use (8448 B,
-values and scales), q, weights, block tables, context lengths, and the output written once. With --final,
+call queued behind a hold), median of --iters calls of custom_kernel, the sweep's plans installed in
+PLANS one at a time so that each is timed through the route's launch path. GB/s counts the bytes that
+must move: every cache block in use (8448 B, values and scales), q, weights, block tables, context
+lengths, and the output written once. With --final,
 DeepGEMM's fp8 paged MQA logits is timed on the same input and clock where `deep_gemm` imports
 (tools/peers.py), and the table goes to --out with its picture at --plot (tools/results_plot.py).
 """
@@ -137,6 +139,27 @@ def gpu_time(fn, iters):
     return median_gpu_us(fn, iters, warmup=1)
 
 
+def route_gpu_time(data, key, plan, iters, expected):
+    """GPU time of custom_kernel with the shape `key` planned on `plan`: the route's direct launches, which
+    eval.py times. (S.launch runs Triton's JIT launch path, whose host time can outlast median_gpu_us's
+    hold on a slow host and so leak into the GPU time.) expected: the plan's output from S.launch, which
+    the route must reproduce bit for bit (else it fell back). PLANS and the routes are left as found."""
+    saved = S.PLANS.get(key)
+    S.PLANS[key] = S.Plan(*plan)
+    S.clear_routes()
+    try:
+        S.custom_kernel(data)  # routes, compiles, checks the direct launch against Triton's
+        if not torch.equal(S.custom_kernel(data), expected):
+            raise RuntimeError(f"the route of {plan} does not reproduce its launch's output (a fallback?)")
+        return gpu_time(lambda: S.custom_kernel(data), iters)
+    finally:
+        if saved is None:
+            del S.PLANS[key]
+        else:
+            S.PLANS[key] = saved
+        S.clear_routes()
+
+
 def host_time(fn, iters=50):
     ts = []
     for _ in range(iters):
@@ -209,7 +232,7 @@ def main():
                     out = S.launch(data, plan)
                     torch.cuda.synchronize()
                     good, worst, bad_inf, nonfin = quick_check(out, *ref_of(S.PAIR[plan[0]]), valid)
-                    t = gpu_time(lambda: S.launch(data, plan), args.iters)
+                    t = route_gpu_time(data, key, plan, args.iters, out)
                     timed[plan] = (t, good, worst)
                 except Exception as exc:
                     timed[plan] = (float("inf"), False, float("nan"))
