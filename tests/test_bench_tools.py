@@ -3,6 +3,8 @@ peer's arguments. The peers themselves (FlashMLA, DeepGEMM) run on a GPU only; h
 small stand-in that computes what the peer's interface documents from the arguments it is given, so a
 wrong argument (a page table, a length, a scale, a context length in the wrong form) gives a wrong
 answer. tools/results_plot.py: the picture, where matplotlib imports."""
+import contextlib
+import importlib
 import sys
 import types
 
@@ -149,9 +151,9 @@ def test_without_matplotlib_the_picture_is_skipped_and_said_so(monkeypatch, tmp_
     assert "skipped" in line and "matplotlib" in line and not path.exists()
 
 
-def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_path):
-    import importlib
-
+@contextlib.contextmanager
+def paged_bench():
+    """problems/paged_mqa_logits/bench.py, imported with that problem's reference and submission."""
     with problem_modules(PAGED, ("reference", "submission")):
         sys.path.insert(0, str(PAGED))
         try:
@@ -159,6 +161,11 @@ def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_pa
         finally:
             sys.path.remove(str(PAGED))
             sys.modules.pop("bench", None)
+        yield bench
+
+
+def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_path):
+    with paged_bench() as bench:
         results = [dict(spec={"batch": b, "next_n": 1, "context": 1024, "seed": 1}, plan=("fp8", 2, 4, 4, 1, 1, 1, 1),
                         gpu=gpu, host=5.0, host_jit=9.0, bytes=4_200_000, good=True, worst=0.01,
                         peer_name="DeepGEMM 2.3.0+local (fp8)", peer_us=peer,
@@ -176,15 +183,7 @@ def test_the_paged_sweep_times_each_plan_through_the_route_and_restores_the_plan
     """bench.py's sweep installs a plan, times custom_kernel (the route's launches, which eval.py times; the
     JIT launch path's host time can leak into a queued GPU time), and puts PLANS back; a route that does not
     reproduce the plan's launch (a fallback) is an error, not a time."""
-    import importlib
-
-    with problem_modules(PAGED, ("reference", "submission")):
-        sys.path.insert(0, str(PAGED))
-        try:
-            bench = importlib.import_module("bench")
-        finally:
-            sys.path.remove(str(PAGED))
-            sys.modules.pop("bench", None)
+    with paged_bench() as bench:
         S = bench.S
         key, plan = (256, 1, 5376), ("fp8", 16, 4, 4, 1, 0, 1, 0)
         shipped = dict(S.PLANS)
