@@ -7,6 +7,7 @@ test a wrong shift or mask would first show on a GPU.
 Contract of both (Triton inline_asm_elementwise, pack=4, two bf16 outputs): $4 holds 4 packed bytes,
 $5 / $6 the bf16 scales of bytes 0,1 / 2,3; $0,$1 receive the low nibbles (even elements) of bytes
 0-3 times their scale, $2,$3 the high nibbles, exactly (round to nearest even where not exact)."""
+import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -187,40 +188,53 @@ def test_emulator_sees_a_wrong_mask():
 
 
 def _e5m2_bits(x: float) -> int:
+    return _e5m2_bits_of(repr(x))  # keyed by text: -0.0 and 0.0 differ
+
+
+@functools.lru_cache(maxsize=None)
+def _e5m2_bits_of(text: str) -> int:
+    x = float(text)
     import torch
     return int(torch.tensor([x], dtype=torch.float32).to(torch.float8_e5m2).view(torch.uint8)[0])
 
 
-def _fold(asm, w, n, g, other=0):
-    """Run the paged kernel's _FOLD_ASM on packed word w of scale group g, whose n is n (the other
-    groups' bytes of the n word set to `other`): (low-nibble bytes, high-nibble bytes)."""
-    n_word = sum((n if i == g else other) << (8 * i + 2) for i in range(4))
-    out = run_ptx(asm, {"$2": w, "$3": n_word, "$7": g * 0x11 * 0x01010101})
+@functools.lru_cache(maxsize=None)
+def _table(asm, n):
+    return run_ptx(asm, {"$2": n})
+
+
+def _fold(w, n, table=None, lookup=None):
+    """Run the paged kernel's fold on packed word w of a scale group whose n is n: _TABLE_ASM builds the
+    group's table, _LOOKUP_ASM decodes w with it -> (low-nibble bytes, high-nibble bytes)."""
+    paged = _paged()
+    t = _table(table or paged._TABLE_ASM.value, n)
+    out = run_ptx(lookup or paged._LOOKUP_ASM.value, {"$2": w, "$3": t["$0"], "$7": t["$1"]})
     return [(out["$0"] >> 8 * i) & 0xFF for i in range(4)], [(out["$1"] >> 8 * i) & 0xFF for i in range(4)]
 
 
 @pytest.mark.parametrize("n", range(16))
 def test_paged_fold_decode_is_exact(n):
-    """The Gluon fp4 kernel's _FOLD_ASM: E2M1 x 2^(2 - n) as e5m2, exact for every code and n <= 15,
-    n taken from byte g of the n word for group g: byte j of the first output is packed byte j's low
-    nibble (element 2j), of the second its high nibble (element 2j + 1)."""
-    asm = _paged()._FOLD_ASM.value
+    """The Gluon fp4 kernel's fold (_TABLE_ASM then _LOOKUP_ASM): E2M1 x 2^(2 - n) as e5m2, exact for every
+    code, sign and n <= 15 (every byte value in every byte position): byte j of the first output is packed
+    byte j's low nibble (element 2j), of the second its high nibble (element 2j + 1)."""
     rng = np.random.default_rng(n)
-    words = [int.from_bytes(bytes(range(i, i + 4)), "little") for i in range(0, 256, 4)]  # every byte
+    words = [int.from_bytes(bytes((i + 64 * r) % 256 for r in range(4)), "little") for i in range(256)]
     words += [int(w) for w in rng.integers(0, 2 ** 32, 32, dtype=np.uint64)]
-    for g in range(4):
-        for w in words:
-            b = w.to_bytes(4, "little")
-            want = [[_e5m2_bits((-1) ** (x >> 3 & 1) * E2M1[x & 7] * 2.0 ** (2 - n)) for x in nib]
-                    for nib in ([b[i] & 15 for i in range(4)], [b[i] >> 4 for i in range(4)])]
-            assert list(_fold(asm, w, n, g, other=(n + 7) % 16)) == want, f"word {w:#010x}, n={n}, g={g}"
+    for w in words:
+        b = w.to_bytes(4, "little")
+        want = [[_e5m2_bits((-1) ** (x >> 3 & 1) * E2M1[x & 7] * 2.0 ** (2 - n)) for x in nib]
+                for nib in ([b[i] & 15 for i in range(4)], [b[i] >> 4 for i in range(4)])]
+        assert list(_fold(w, n)) == want, f"word {w:#010x}, n={n}"
 
 
-def test_fold_emulation_sees_a_wrong_order():
-    """The test above can fail: one wrong byte order in the decode is caught."""
-    asm = _paged()._FOLD_ASM.value.replace("0x6420", "0x6240", 1)
-    right = _fold(_paged()._FOLD_ASM.value, 0x00000100, 0, 0)[0]  # 0.5 in byte 1's low nibble: element 2
-    assert right == [0, _e5m2_bits(2.0), 0, 0] and _fold(asm, 0x00000100, 0, 0)[0] != right
+def test_fold_emulation_sees_a_wrong_order_and_a_wrong_table():
+    """The test above can fail: one wrong byte order in the lookup, or code 0 given n's offset in the
+    table, is caught."""
+    right = _fold(0x00000100, 0)[0]  # 0.5 in byte 1's low nibble: element 2
+    assert right == [0, _e5m2_bits(2.0), 0, 0]
+    assert _fold(0x00000100, 0, lookup=_paged()._LOOKUP_ASM.value.replace("0x6420", "0x6240", 1))[0] != right
+    bad_table = _paged()._TABLE_ASM.value.replace("0xFFFFFF00", "0xFFFFFFFF", 1)
+    assert _fold(0, 3, table=bad_table)[0] != _fold(0, 3)[0] == [0, 0, 0, 0]
 
 
 def _mla():

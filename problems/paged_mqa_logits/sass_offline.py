@@ -5,7 +5,7 @@ GPU time.
     python problems/paged_mqa_logits/sass_offline.py FMT CHUNK STAGES WARPS [NEXT_N]    e.g. fp4 8 3 4
 
 FMT fp8 / fp4 builds the Triton kernel on that pair (KV_TMA=0 in the environment: the plain-load key
-variant), fp8w / fp4w the Gluon kernel on that pair (WARPS is then 4: one warpgroup). The cubin, SASS,
+variant), fp8w / fp4w / fp4ws the Gluon kernel on that pair (WARPS is then 4: one warpgroup). The cubin, SASS,
 TTGIR and PTX are written to /tmp.
 """
 import os
@@ -51,7 +51,8 @@ def compile_triton(fmt, chunk, stages, warps, next_n=1):
 
 
 def compile_gluon(fmt="fp4w", chunk=8, stages=3, next_n=1):
-    """The Gluon kernel of plan format fmt (fp8w: _fp8_wgmma_kernel, fp4w: _fp4_wgmma_kernel) for sm_90."""
+    """The Gluon kernel of plan format fmt (fp8w: _fp8_wgmma_kernel, fp4w / fp4ws: _fp4_wgmma_kernel, fp4ws
+    warp-specialised) for sm_90."""
     from triton.experimental.gluon._runtime import GluonASTSource
     gl = S.gl
     fp8 = fmt == "fp8w"
@@ -67,10 +68,15 @@ def compile_gluon(fmt="fp4w", chunk=8, stages=3, next_n=1):
     constexprs = {"NEXT_N": next_n, "H": S.H, "BLOCK": S.BLOCK, "CHUNK": chunk, "NUM_STAGES": stages}
     if fp8:
         constexprs["D"] = S.D
+    else:
+        constexprs.update(WARP_SPECIALIZE=fmt == "fp4ws", PRODUCER_REGS=24)
     signature.update({k: "constexpr" for k in constexprs})
     kernel = S._fp8_wgmma_kernel if fp8 else S._fp4_wgmma_kernel
     src = GluonASTSource(kernel, signature, constexprs, ALIGNED)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    options = {"num_warps": 4}
+    if fmt == "fp4ws":  # as launch() compiles it
+        options["maxnreg"] = S.WS_MAXNREG if next_n == 1 else 192
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 
 def main():

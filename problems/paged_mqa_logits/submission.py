@@ -70,13 +70,15 @@ H, D, BLOCK = 64, 128, 64
 FMT_FP8, FMT_FP4 = 8, 4
 # Kernels by plan format: "fp8" and "fp4" run the Triton kernel on that format pair; "fp8w" and "fp4w" the
 # Gluon kernel on that pair (fp4w: keys decoded into the wgmma register operand).
-FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4, "fp8w": FMT_FP8}
-PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4", "fp8w": "fp8"}  # the input pair a plan format reads
-GLUON_FORMATS = ("fp4w", "fp8w")  # plan formats run by a Gluon kernel
+FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4, "fp4ws": FMT_FP4, "fp8w": FMT_FP8}
+PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4", "fp4ws": "fp4", "fp8w": "fp8"}  # the input pair a plan format reads
+GLUON_FORMATS = ("fp4w", "fp4ws", "fp8w")  # plan formats run by a Gluon kernel
 # The cache seen as 2-D rows of ROW_BYTES: a block is CACHE_ROWS_PER_BLOCK rows (keys, then scales).
 ROW_BYTES = {f: {"fp8": D, "fp4": D // 2}[pair] for f, pair in PAIR.items()}  # 128 / 64
 CACHE_ROWS_PER_BLOCK = {f: BLOCK * (rb + 4) // rb for f, rb in ROW_BYTES.items()}  # 66 / 68
 log = logging.getLogger("paged_submission")
+PRODUCER_REGS = 24  # fp4ws: the producer warpgroup's registers (setmaxnreg)
+WS_MAXNREG = 64     # fp4ws at next_n 1: registers at launch, 4 programs an SM; the warpgroup gets 104
 LOG_PREFIX = "paged MQA logits"  # what this submission's log lines start with
 _logged_reasons = set()
 _compiled = {}  # (kernel, plan, device) -> CompiledKernel, the latest launch last: code, for tools
@@ -302,23 +304,27 @@ if triton is not None:
 # loop instead.
 # ---------------------------------------------------------------------------------------------------
 if triton is not None:
-    # Per 4 packed bytes (8 elements): the 8-entry table (code -> e5m2 byte of E2M1 x 4) minus n << 2 in
-    # every entry's exponent field but code 0's (no borrow: entries 1-7 are >= 0x40, n << 2 <= 60), then
-    # one mask, one shift and two prmt lookups of all eight codes (a prmt selector nibble's bit 3 is the
-    # sign, so codes are masked to 3 bits), two prmt gathers, and the signs: an odd element's already at
-    # bit 7 of its byte, an even one's 4 bits under it. Inputs: $2 the packed bytes; $3 (= $4..$6) the
-    # row's n_g << 2 in byte g; $7 the bytes' group g as g * 0x11 in each byte (its low half is the prmt
-    # selector that replicates byte g; | 4 takes byte 0 from the zero operand). $0 receives the low
-    # nibbles (elements 0, 2, 4, 6: byte j is packed byte j's even element), $1 the high ones (1, 3, 5, 7).
-    _FOLD_ASM = tl.constexpr("""
+    # The fold's 8-entry table of one (row, scale group): code c -> the e5m2 byte of E2M1(c) x 4 x 2^-n,
+    # i.e. n << 2 taken off the exponent field of entries 1-7 (no borrow: they are >= 0x40, n << 2 <= 60;
+    # code 0 stays 0). $0 = codes 0-3, $1 = codes 4-7 (the two prmt source words); $2 = n (0..15).
+    _TABLE_ASM = tl.constexpr("""
     {
-    .reg .b32 t, l0, l1, m, hi, a, b, s;
-    prmt.b32 t, $3, 0, $7;
-    mov.b32 l1, 0x4E4C4A48; sub.u32 l1, l1, t;
-    or.b32 s, $7, 4; prmt.b32 t, $3, 0, s;
-    mov.b32 l0, 0x46444000; sub.u32 l0, l0, t;
+    .reg .b32 t;
+    mul.lo.u32 t, $2, 0x04040404;
+    sub.u32 $1, 0x4E4C4A48, t;
+    and.b32 t, t, 0xFFFFFF00; sub.u32 $0, 0x46444000, t;
+    }
+    """)
+    # Per 4 packed bytes (8 elements) of one table: one mask and one shift, two prmt lookups of all eight
+    # codes (a prmt selector nibble's bit 3 is the sign, so codes are masked to 3 bits), two prmt gathers,
+    # and the signs: an odd element's already at bit 7 of its byte, an even one's 4 bits under it.
+    # Inputs: $2 the packed bytes; $3 (= $4..$6) and $7 (= $8..$10) the table. $0 receives the low nibbles
+    # (elements 0, 2, 4, 6: byte j is packed byte j's even element), $1 the high ones (1, 3, 5, 7).
+    _LOOKUP_ASM = tl.constexpr("""
+    {
+    .reg .b32 m, hi, a, b, s;
     and.b32 m, $2, 0x77777777; shr.b32 hi, m, 16;
-    prmt.b32 a, l0, l1, m; prmt.b32 b, l0, l1, hi;
+    prmt.b32 a, $3, $7, m; prmt.b32 b, $3, $7, hi;
     prmt.b32 $0, a, b, 0x6420; prmt.b32 $1, a, b, 0x7531;
     shl.b32 s, $2, 4; and.b32 s, s, 0x80808080; or.b32 $0, $0, s;
     and.b32 s, $2, 0x80808080; or.b32 $1, $1, s;
@@ -335,20 +341,40 @@ if gluon is not None:
         return gl.where(x >= -126, (x + 127) << 23, 1 << gl.maximum(x + 149, 0)).to(gl.float32, bitcast=True)
 
     @gluon.jit
-    def _fold(packed, words, cols):
-        """packed [rows, 64] uint8 in some layout L, words [rows] int32 (4 UE8M0 bytes e_g) in
-        SliceLayout(1, L), cols = arange(64) in SliceLayout(0, L) -> (even elements, odd elements) as
-        e5m2 [rows, 64] in L, equal to the true values x 2^(129 - emax); emax [rows]; ok [rows]."""
+    def _fold(packed, words):
+        """packed [rows, 4, 16] uint8 in some layout L: packed byte 16 g + j of a row at [row, g, j], g its
+        scale group; words [rows] int32 (4 UE8M0 bytes e_g) in SliceLayout(1, SliceLayout(2, L)) ->
+        (even elements, odd elements) as e5m2 [rows, 4, 16] in L, equal to the true values x 2^(129 - emax);
+        emax [rows]; ok [rows]. The tables are computed per (row, group), so a thread that holds one group
+        of a row builds one table for it, however many bytes of the group it decodes."""
         e0, e1, e2, e3 = words & 0xFF, (words >> 8) & 0xFF, (words >> 16) & 0xFF, (words >> 24) & 0xFF
         emax = gl.maximum(gl.maximum(e0, e1), gl.maximum(e2, e3))
         ok = (emax - gl.minimum(gl.minimum(e0, e1), gl.minimum(e2, e3)) <= 15) & (emax < 255)
-        n_word = (gl.minimum(emax - e0, 15) | (gl.minimum(emax - e1, 15) << 8)
-                  | (gl.minimum(emax - e2, 15) << 16) | (gl.minimum(emax - e3, 15) << 24)) << 2
-        n_word = gl.broadcast(gl.expand_dims(n_word, 1), packed)[0]
-        group = gl.broadcast(gl.expand_dims((cols // 16 * 0x11).to(gl.uint8), 0), packed)[0]
-        lo, hi = gl.inline_asm_elementwise(_FOLD_ASM, "=r,=r,r,r,r,r,r,r", [packed, n_word, group],
+        group_l: gl.constexpr = gl.SliceLayout(0, gl.SliceLayout(2, packed.type.layout))
+        shift = gl.expand_dims(gl.arange(0, 4, layout=group_l) * 8, 0)
+        e = (gl.expand_dims(words, 1) >> shift) & 0xFF                                     # [rows, 4]
+        n = gl.minimum(gl.expand_dims(emax, 1) - e, 15)
+        t0, t1 = gl.inline_asm_elementwise(_TABLE_ASM, "=r,=r,r", [n], dtype=(gl.int32, gl.int32), is_pure=True,
+                                           pack=1)
+        t0 = gl.broadcast(gl.expand_dims(t0, 2), packed)[0]
+        t1 = gl.broadcast(gl.expand_dims(t1, 2), packed)[0]
+        lo, hi = gl.inline_asm_elementwise(_LOOKUP_ASM, "=r,=r,r,r,r,r,r,r,r,r,r", [packed, t0, t1],
                                            dtype=(gl.float8e5, gl.float8e5), is_pure=True, pack=4)
         return lo, hi, emax, ok
+
+    @gluon.jit
+    def _by_group(x):
+        """x [rows, 64] -> [rows, 4, 16]: the 16 packed bytes of each scale group on their own axis."""
+        return gl.reshape(x, [x.shape[0], 4, 16])
+
+    @gluon.jit
+    def _contraction_order(x):
+        """[rows, 4, 16] in packed-byte order (16 g + 4 m + i) -> [rows, 64] in the order both wgmma
+        operands use (column 16 m + 4 g + i). The order of a dot's contraction is free if both operands
+        share it; this one puts a key row's 16 register bytes of a thread (columns 16 m + 4 l + i of the
+        register-operand layout, l the thread's lane in its quad) into one scale group, g = l."""
+        x = gl.reshape(x, [x.shape[0], 4, 4, 4])
+        return gl.reshape(gl.permute(x, (0, 2, 1, 3)), [x.shape[0], 64])
 
     @gluon.jit
     def _element(byte, d, words):
@@ -423,13 +449,77 @@ if gluon is not None:
             for i in gl.static_range(NEXT_N):
                 gl.store(out_row + i * out_stride + p * BLOCK + tok_o, neg, mask=p * BLOCK + tok_o < max_model_len)
 
+    @gluon.jit
+    def _fp4_scores(k_slot, w_slot, q_lo_smem, q_hi_smem, acc0, keys_l: gl.constexpr, a_op: gl.constexpr):
+        """One page: its packed keys and scale words read from a ring slot, folded, and the two e5m2 wgmmas
+        issued (async) -> (the accumulator token, emax, ok) of the page's keys."""
+        k = _by_group(k_slot.load(keys_l))                                         # packed keys
+        words = w_slot.load(gl.SliceLayout(1, gl.SliceLayout(2, k.type.layout)))  # their scale words
+        k_lo, k_hi, k_emax, k_ok = _fold(k, words)
+        # in the operand layout without moving a byte: keys_l is a_op in packed-byte order
+        k_lo = gl.convert_layout(_contraction_order(k_lo), a_op)
+        k_hi = gl.convert_layout(_contraction_order(k_hi), a_op)
+        acc = warpgroup_mma(k_lo, q_lo_smem.permute((1, 0)), acc0, use_acc=False, is_async=True)
+        acc = warpgroup_mma(k_hi, q_hi_smem.permute((1, 0)), acc, is_async=True)
+        return acc, k_emax, k_ok
+
+    @gluon.jit
+    def _fp4_write(acc, k_emax, k_ok, k_bad, w, cols, ctx, out_row, out_stride, max_model_len, NEXT_N: gl.constexpr,
+                   H: gl.constexpr):
+        """A page's logits from its scores; k_bad gains the page's keys that the fold could not hold."""
+        rows_l: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+        k_ok = gl.convert_layout(k_ok.to(gl.int32), rows_l)
+        k_bad = k_bad | ((cols < ctx) & (k_ok == 0)).to(gl.int32)
+        _write_rows(acc, w, _pow2(gl.convert_layout(k_emax, rows_l) - 129), cols, ctx, out_row, out_stride,
+                    max_model_len, NEXT_N, H, True)
+        return k_bad
+
+    @gluon.jit
+    def _fp4_producer(k_desc, w_desc, k_smem, w_smem, ready, empty, bt_row, p0, p_end, ROWS_PER_BLOCK: gl.constexpr,
+                      BLOCK: gl.constexpr, WORDS_PER_ROW: gl.constexpr):
+        """The warp-specialised kernel's producer warp: each page's TMA loads into its ring slot once the
+        warpgroup has freed the slot (the first round passes: an mbarrier's phase before its first is done)."""
+        NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
+        blk = gl.load(bt_row + p0, mask=p0 < p_end, other=0)
+        for j in range(0, p_end - p0):
+            slot = j % NUM_STAGES
+            blk_next = gl.load(bt_row + p0 + j + 1, mask=p0 + j + 1 < p_end, other=0)
+            mbarrier.wait(empty.index(slot), ((j // NUM_STAGES) & 1) ^ 1)
+            _issue(k_desc, w_desc, blk, p0 + j, p_end, k_smem.index(slot), w_smem.index(slot), ready.index(slot),
+                   ROWS_PER_BLOCK, BLOCK, WORDS_PER_ROW)
+            blk = blk_next
+
+    @gluon.jit
+    def _fp4_consumer(k_smem, w_smem, ready, empty, q_lo_smem, q_hi_smem, w, keys_l: gl.constexpr,
+                      a_op: gl.constexpr, ctx, p0, p_end, out_row, out_stride, max_model_len, NEXT_N: gl.constexpr,
+                      H: gl.constexpr):
+        """The warp-specialised kernel's warpgroup: each page's scores and logits; a slot is freed once the
+        page's wgmmas are done (so every warp has read it). Returns (k_bad,)."""
+        NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
+        BLOCK: gl.constexpr = k_smem.type.shape[1]
+        mma: gl.constexpr = a_op.parent
+        tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
+        acc0 = gl.zeros([BLOCK, NEXT_N * H], gl.float32, layout=mma)
+        k_bad = gl.zeros([BLOCK], gl.int32, layout=gl.SliceLayout(1, mma))
+        for j in range(0, p_end - p0):
+            slot = j % NUM_STAGES
+            mbarrier.wait(ready.index(slot), (j // NUM_STAGES) & 1)
+            acc, k_emax, k_ok = _fp4_scores(k_smem.index(slot), w_smem.index(slot), q_lo_smem, q_hi_smem, acc0,
+                                            keys_l, a_op)
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            mbarrier.arrive(empty.index(slot), count=1)
+            k_bad = _fp4_write(acc, k_emax, k_ok, k_bad, w, (p0 + j) * BLOCK + tok, ctx, out_row, out_stride,
+                               max_model_len, NEXT_N, H)
+        return (k_bad,)  # a tuple: Triton 3.6's warp_specialize cannot flatten a lone tensor
+
     @gluon.jit(do_not_specialize=["bt_stride", "out_stride", "max_model_len"])
     def _fp4_wgmma_kernel(k_desc, w_desc, q_ptr, q_scale_ptr, kv_ptr, kv_word_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
                           bt_stride, out_stride, max_model_len,
                           NEXT_N: gl.constexpr, H: gl.constexpr, BLOCK: gl.constexpr, CHUNK: gl.constexpr,
-                          NUM_STAGES: gl.constexpr):
+                          NUM_STAGES: gl.constexpr, WARP_SPECIALIZE: gl.constexpr,
+                          PRODUCER_REGS: gl.constexpr):
         # k_desc: the cache as uint8 rows of 64 (box [BLOCK, 64]); w_desc: as int32 words (box [BLOCK]).
-        # One warpgroup; grid (page chunks, batch) as the Triton kernel.
+        # One warpgroup (plus, warp-specialised, a producer warp); grid (page chunks, batch) as the Triton kernel.
         QN: gl.constexpr = NEXT_N * H
         RB: gl.constexpr = 64                                   # packed bytes per key
         ROWS_PER_BLOCK: gl.constexpr = BLOCK * (RB + 4) // RB   # 68
@@ -437,6 +527,12 @@ if gluon is not None:
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
         rows2d: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])  # packed q; the fallback's scores
         q_smem_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([QN, RB], gl.float8e5)
+        # The packed keys as the threads read them: a_op with _contraction_order undone, so a thread holds
+        # packed bytes 16 l .. 16 l + 15 (scale group l, l its lane in the quad) of each of its two rows.
+        gl.static_assert(BLOCK == 64, "keys_l is a_op's layout for 64 keys")
+        keys_l: gl.constexpr = gl.DistributedLinearLayout(
+            reg_bases=[[0, 1], [0, 2], [8, 0], [0, 4], [0, 8]], lane_bases=[[0, 16], [0, 32], [1, 0], [2, 0], [4, 0]],
+            warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[BLOCK, RB])
 
         pid_c = gl.program_id(0)
         b = gl.program_id(1)
@@ -446,45 +542,58 @@ if gluon is not None:
 
         k_smem = gl.allocate_shared_memory(gl.uint8, [NUM_STAGES, BLOCK, RB], k_desc.layout)
         w_smem = gl.allocate_shared_memory(gl.int32, [NUM_STAGES, BLOCK], w_desc.layout)
-        bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-        blk_next = _ring_start(k_desc, w_desc, k_smem, w_smem, bars, bt_row, p0, p_end, ROWS_PER_BLOCK, BLOCK, RB // 4)
+        bars = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())  # a slot filled
+        if WARP_SPECIALIZE:  # a producer warp fills the slots; the warpgroup frees them through `empty`
+            empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+            for i in gl.static_range(NUM_STAGES):
+                mbarrier.init(bars.index(i), count=1)
+                mbarrier.init(empty.index(i), count=1)
+        else:
+            blk_next = _ring_start(k_desc, w_desc, k_smem, w_smem, bars, bt_row, p0, p_end, ROWS_PER_BLOCK, BLOCK,
+                                   RB // 4)
 
         # q, folded once into the two B operands (e5m2 [QN, 64], K contiguous)
         hq = gl.arange(0, QN, layout=gl.SliceLayout(1, rows2d))
         cq = gl.arange(0, RB, layout=gl.SliceLayout(0, rows2d))
         q_packed = gl.load(q_ptr + gl.expand_dims(b * QN + hq, 1) * RB + gl.expand_dims(cq, 0))
         q_words = gl.load(q_scale_ptr + b * QN + hq)
-        q_lo, q_hi, q_emax, q_ok = _fold(q_packed, q_words, cq)
-        q_lo_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l, q_lo)
-        q_hi_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l, q_hi)
+        q_packed = _by_group(q_packed)
+        q_lo, q_hi, q_emax, q_ok = _fold(q_packed, gl.convert_layout(
+            q_words, gl.SliceLayout(1, gl.SliceLayout(2, q_packed.type.layout))))
+        q_lo_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l,
+                                              gl.convert_layout(_contraction_order(q_lo), rows2d))
+        q_hi_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l,
+                                              gl.convert_layout(_contraction_order(q_hi), rows2d))
         fence_async_shared()
         heads = gl.arange(0, QN, layout=gl.SliceLayout(0, mma))
         w = gl.load(w_ptr + b * QN + heads) * _pow2(gl.convert_layout(q_emax, gl.SliceLayout(0, mma)) - 129)
         bad = gl.min(q_ok.to(gl.int32), axis=0) == 0
 
-        cols_op = gl.arange(0, RB, layout=gl.SliceLayout(0, a_op))
-        tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
-        acc0 = gl.zeros([BLOCK, QN], gl.float32, layout=mma)
-        k_bad = gl.zeros([BLOCK], gl.int32, layout=gl.SliceLayout(1, mma))
-        for j in range(0, p_end - p0):
-            p = p0 + j
-            slot = j % NUM_STAGES
-            mbarrier.wait(bars.index(slot), (j // NUM_STAGES) & 1)
-            k = k_smem.index(slot).load(a_op)                      # packed keys, already in the operand layout
-            words = w_smem.index(slot).load(gl.SliceLayout(1, a_op))  # the keys' scale words
-            k_lo, k_hi, k_emax, k_ok = _fold(k, words, cols_op)
-            acc = warpgroup_mma(k_lo, q_lo_smem.permute((1, 0)), acc0, use_acc=False, is_async=True)
-            acc = warpgroup_mma(k_hi, q_hi_smem.permute((1, 0)), acc, is_async=True)
-            blk_next = _ring_refill(k_desc, w_desc, k_smem, w_smem, bars, slot, blk_next, p, p_end, bt_row,
-                                    ROWS_PER_BLOCK, BLOCK, RB // 4)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            cols = p * BLOCK + tok
-            k_ok = gl.convert_layout(k_ok.to(gl.int32), gl.SliceLayout(1, mma))
-            k_bad = k_bad | ((cols < ctx) & (k_ok == 0)).to(gl.int32)
-            _write_rows(acc, w, _pow2(gl.convert_layout(k_emax, gl.SliceLayout(1, mma)) - 129), cols, ctx, out_row,
-                        out_stride, max_model_len, NEXT_N, H)
+        if WARP_SPECIALIZE:
+            k_bad, = gl.warp_specialize(
+                [(_fp4_consumer, (k_smem, w_smem, bars, empty, q_lo_smem, q_hi_smem, w, keys_l, a_op, ctx, p0, p_end,
+                                  out_row, out_stride, max_model_len, NEXT_N, H)),
+                 (_fp4_producer, (k_desc, w_desc, k_smem, w_smem, bars, empty, bt_row, p0, p_end, ROWS_PER_BLOCK,
+                                  BLOCK, RB // 4))], [1], [PRODUCER_REGS])
+        else:
+            tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
+            acc0 = gl.zeros([BLOCK, QN], gl.float32, layout=mma)
+            k_bad = gl.zeros([BLOCK], gl.int32, layout=gl.SliceLayout(1, mma))
+            for j in range(0, p_end - p0):
+                p = p0 + j
+                slot = j % NUM_STAGES
+                mbarrier.wait(bars.index(slot), (j // NUM_STAGES) & 1)
+                acc, k_emax, k_ok = _fp4_scores(k_smem.index(slot), w_smem.index(slot), q_lo_smem, q_hi_smem, acc0,
+                                                keys_l, a_op)
+                blk_next = _ring_refill(k_desc, w_desc, k_smem, w_smem, bars, slot, blk_next, p, p_end, bt_row,
+                                        ROWS_PER_BLOCK, BLOCK, RB // 4)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                k_bad = _fp4_write(acc, k_emax, k_ok, k_bad, w, p * BLOCK + tok, ctx, out_row, out_stride,
+                                   max_model_len, NEXT_N, H)
         for i in gl.static_range(NUM_STAGES):
             mbarrier.invalidate(bars.index(i))
+            if WARP_SPECIALIZE:
+                mbarrier.invalidate(empty.index(i))
 
         bad = bad | (gl.max(k_bad, axis=0) > 0)
         if bad:  # rare: some scales span > 15 binades. Redo the chunk exactly in fp32, one dim at a time.
@@ -567,21 +676,28 @@ if gluon is not None:
         return gl.reshape(gl.permute(x, (0, 1, 3, 2, 4)), [x.shape[0], NEXT_N, 4, H // 4])
 
     @gluon.jit
-    def _head_sums(s, w, NEXT_N: gl.constexpr, H: gl.constexpr):
+    def _head_sums(s, w, NEXT_N: gl.constexpr, H: gl.constexpr, RELU_FADD: gl.constexpr):
         """sum over h of relu(s[:, i * H + h]) * w[i * H + h] -> [BLOCK, NEXT_N], s in the wgmma accumulator
-        layout, w [NEXT_N * H] in its SliceLayout(0)."""
+        layout, w [NEXT_N * H] in its SliceLayout(0); RELU_FADD: relu on the FMA pipe (the fp4 kernels)."""
         gl.static_assert(H == 64, "the FFMA chain is written for 16 registers a lane")
-        x = gl.maximum(s, 0.0)
+        if RELU_FADD:
+            # 2 relu(s) as s + |s|: one FADD on the FMA pipe (the fp4 kernels' integer pipe, where FMNMX runs,
+            # is their busy one); exact for finite s (2 s, or +0), and the scores are finite
+            x = s + gl.abs(s)
+        else:
+            x = gl.maximum(s, 0.0)
         wx = gl.broadcast(gl.expand_dims(w, 0), x)[0]
         part = _mul16(_by_lane(x, NEXT_N, H), _by_lane(wx, NEXT_N, H))   # [BLOCK, NEXT_N, 4, 1]
-        return gl.sum(gl.reshape(part, [x.shape[0], NEXT_N, 4]), axis=2)
+        li = gl.sum(gl.reshape(part, [x.shape[0], NEXT_N, 4]), axis=2)
+        return li * 0.5 if RELU_FADD else li
 
     @gluon.jit
-    def _write_rows(s, w, sc, cols, ctx, out_row, out_stride, max_model_len, NEXT_N: gl.constexpr, H: gl.constexpr):
+    def _write_rows(s, w, sc, cols, ctx, out_row, out_stride, max_model_len, NEXT_N: gl.constexpr, H: gl.constexpr,
+                    RELU_FADD: gl.constexpr):
         """A page's logits for all NEXT_N query rows from the wgmma accumulator s [BLOCK, NEXT_N * H] (w in
         its SliceLayout(0); sc, cols in SliceLayout(1)): the heads of row i are columns i * H .. i * H + H - 1,
         summed by _head_sums; x the key's factor, causal mask, one store."""
-        li = _head_sums(s, w, NEXT_N, H)   # [BLOCK, NEXT_N]
+        li = _head_sums(s, w, NEXT_N, H, RELU_FADD)   # [BLOCK, NEXT_N]
         rows_l: gl.constexpr = li.type.layout
         cols2 = gl.expand_dims(gl.convert_layout(cols, gl.SliceLayout(1, rows_l)), 1)
         sc2 = gl.expand_dims(gl.convert_layout(sc, gl.SliceLayout(1, rows_l)), 1)
@@ -635,7 +751,7 @@ if gluon is not None:
             sc = s_smem.index(slot).load(gl.SliceLayout(1, mma))
             blk_next = _ring_refill(k_desc, s_desc, k_smem, s_smem, bars, slot, blk_next, p, p_end, bt_row,
                                     ROWS_PER_BLOCK, BLOCK, D // 4)
-            _write_rows(acc, w, sc, p * BLOCK + tok, ctx, out_row, out_stride, max_model_len, NEXT_N, H)
+            _write_rows(acc, w, sc, p * BLOCK + tok, ctx, out_row, out_stride, max_model_len, NEXT_N, H, False)
         for i in gl.static_range(NUM_STAGES):
             mbarrier.invalidate(bars.index(i))
 
@@ -763,17 +879,22 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
         qts, kv = _format_tensors(data, fmt)
         keys, words = _cache_views(kv, fmt)
         words = words.reshape(-1)
-        k_type, w_type = (gl.uint8, gl.int32) if fmt == "fp4w" else (gl.float8e4nv, gl.float32)
+        k_type, w_type = (gl.float8e4nv, gl.float32) if fmt == "fp8w" else (gl.uint8, gl.int32)
         k_desc = GluonTensorDescriptor(keys, list(keys.shape), [keys.shape[1], 1], [BLOCK, keys.shape[1]],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK, keys.shape[1]], k_type))
         w_desc = GluonTensorDescriptor(words, [words.shape[0]], [1], [BLOCK],
                                        gl.NVMMASharedLayout.get_default_for([BLOCK], w_type))
-        q_scales = qts[1].view(torch.int32) if fmt == "fp4w" else qts[0]  # (unused by the fp8 kernel)
+        q_scales = qts[0] if fmt == "fp8w" else qts[1].view(torch.int32)  # (unused by the fp8 kernel)
         args = (k_desc, w_desc, qts[0], q_scales, keys, words, weights, context_lens, block_tables, out,
                 block_tables.stride(0), out.stride(0), max_model_len)
-        kernel, row_dims = (_fp8_wgmma_kernel, {"D": D}) if fmt == "fp8w" else (_fp4_wgmma_kernel, {})
+        kernel, row_dims = ((_fp8_wgmma_kernel, {"D": D}) if fmt == "fp8w" else
+                            (_fp4_wgmma_kernel, {"WARP_SPECIALIZE": fmt == "fp4ws", "PRODUCER_REGS": PRODUCER_REGS}))
+        # warp-specialised: the register count at launch sets the programs an SM holds (256 threads: Triton
+        # pads the producer warp to a warpgroup) and bounds the code outside the partitions (q's fold, the
+        # exact fallback: next_n 2 needs ~160); the warpgroup gets the rest of the program's registers
+        options = {"maxnreg": WS_MAXNREG if next_n == 1 else 192} if fmt == "fp4ws" else {}
         ck = kernel[grid](*args, NEXT_N=next_n, H=H, **row_dims, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages,
-                          num_warps=4)
+                          num_warps=4, **options)
         _record_compiled((kernel.__name__, plan, out.device.index), ck)
         return out
     args = _descriptors(data, fmt, next_n, q_tma, kv_tma, scale_tma)
@@ -900,7 +1021,7 @@ class _Route:
         if fmt in GLUON_FORMATS:  # the Gluon kernels: keys [rows, row bytes] and scale words
             specs = [(1, None, rb), (1, None, 0)]
             self.tail = ((next_n, H, D, BLOCK, chunk, stages) if fmt == "fp8w"
-                         else (next_n, H, BLOCK, chunk, stages))
+                         else (next_n, H, BLOCK, chunk, stages, fmt == "fp4ws", PRODUCER_REGS))
         else:
             specs = [(0, batch * qn, D) if q_tma else None, (1, None, rb) if kv_tma else None,
                      (1, None, D // 4) if scale_tma else None]
