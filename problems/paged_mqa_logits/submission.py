@@ -2,7 +2,7 @@
 #!POPCORN gpu H100
 """
 Paged MQA logits on Hopper: a Triton kernel reading either format pair (constexpr FMT), and a Gluon
-kernel for each pair (plan formats "fp8w" and "fp4w").
+kernel for each pair (plan formats "fp8w" and "fp4w"; "fp4ws" the fp4 one warp-specialised).
 
 Grid (page chunks, batch). A program loads its sequence's q rows and weights once (q stays on chip
 for the whole page loop), then walks CHUNK logical pages; each page's keys come in by TMA, the page
