@@ -7,7 +7,6 @@ test a wrong shift or mask would first show on a GPU.
 Contract of both (Triton inline_asm_elementwise, pack=4, two bf16 outputs): $4 holds 4 packed bytes,
 $5 / $6 the bf16 scales of bytes 0,1 / 2,3; $0,$1 receive the low nibbles (even elements) of bytes
 0-3 times their scale, $2,$3 the high nibbles, exactly (round to nearest even where not exact)."""
-import functools
 import importlib.util
 import re
 from pathlib import Path
@@ -188,26 +187,15 @@ def test_emulator_sees_a_wrong_mask():
 
 
 def _e5m2_bits(x: float) -> int:
-    return _e5m2_bits_of(repr(x))  # keyed by text: -0.0 and 0.0 differ
-
-
-@functools.lru_cache(maxsize=None)
-def _e5m2_bits_of(text: str) -> int:
-    x = float(text)
     import torch
     return int(torch.tensor([x], dtype=torch.float32).to(torch.float8_e5m2).view(torch.uint8)[0])
-
-
-@functools.lru_cache(maxsize=None)
-def _table(asm, n):
-    return run_ptx(asm, {"$2": n})
 
 
 def _fold(w, n, table=None, lookup=None):
     """Run the paged kernel's fold on packed word w of a scale group whose n is n: _TABLE_ASM builds the
     group's table, _LOOKUP_ASM decodes w with it -> (low-nibble bytes, high-nibble bytes)."""
     paged = _paged()
-    t = _table(table or paged._TABLE_ASM.value, n)
+    t = run_ptx(table or paged._TABLE_ASM.value, {"$2": n})
     out = run_ptx(lookup or paged._LOOKUP_ASM.value, {"$2": w, "$3": t["$0"], "$7": t["$1"]})
     return [(out["$0"] >> 8 * i) & 0xFF for i in range(4)], [(out["$1"] >> 8 * i) & 0xFF for i in range(4)]
 

@@ -69,13 +69,13 @@ def compile_gluon(fmt="fp4w", chunk=8, stages=3, next_n=1):
     if fp8:
         constexprs["D"] = S.D
     else:
-        constexprs.update(WARP_SPECIALIZE=fmt == "fp4ws", PRODUCER_REGS=24)
+        constexprs.update(WARP_SPECIALIZE=fmt == "fp4ws", PRODUCER_REGS=S.PRODUCER_REGS)
     signature.update({k: "constexpr" for k in constexprs})
     kernel = S._fp8_wgmma_kernel if fp8 else S._fp4_wgmma_kernel
     src = GluonASTSource(kernel, signature, constexprs, ALIGNED)
     options = {"num_warps": 4}
     if fmt == "fp4ws":  # as launch() compiles it
-        options["maxnreg"] = S.WS_MAXNREG if next_n == 1 else 192
+        options["maxnreg"] = S.ws_maxnreg(next_n)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
 
 

@@ -69,7 +69,8 @@ except Exception as exc:  # pragma: no cover - depends on the install
 H, D, BLOCK = 64, 128, 64
 FMT_FP8, FMT_FP4 = 8, 4
 # Kernels by plan format: "fp8" and "fp4" run the Triton kernel on that format pair; "fp8w" and "fp4w" the
-# Gluon kernel on that pair (fp4w: keys decoded into the wgmma register operand).
+# Gluon kernel on that pair (fp4w: keys decoded into the wgmma register operand; fp4ws: the same,
+# warp-specialised).
 FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4, "fp4ws": FMT_FP4, "fp8w": FMT_FP8}
 PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4", "fp4ws": "fp4", "fp8w": "fp8"}  # the input pair a plan format reads
 GLUON_FORMATS = ("fp4w", "fp4ws", "fp8w")  # plan formats run by a Gluon kernel
@@ -78,7 +79,16 @@ ROW_BYTES = {f: {"fp8": D, "fp4": D // 2}[pair] for f, pair in PAIR.items()}  # 
 CACHE_ROWS_PER_BLOCK = {f: BLOCK * (rb + 4) // rb for f, rb in ROW_BYTES.items()}  # 66 / 68
 log = logging.getLogger("paged_submission")
 PRODUCER_REGS = 24  # fp4ws: the producer warpgroup's registers (setmaxnreg)
-WS_MAXNREG = 64     # fp4ws at next_n 1: registers at launch, 4 programs an SM; the warpgroup gets 104
+
+
+def ws_maxnreg(next_n: int) -> int:
+    """fp4ws's registers at launch. They set the programs an SM holds (256 threads: Triton pads the producer
+    warp to a warpgroup) and bound the code outside the partitions (q's fold, the exact fallback: next_n 2
+    needs ~160); the warpgroup gets the rest of the program's. 64 at next_n 1: 4 programs an SM, 104 for
+    the warpgroup."""
+    return 64 if next_n == 1 else 192
+
+
 LOG_PREFIX = "paged MQA logits"  # what this submission's log lines start with
 _logged_reasons = set()
 _compiled = {}  # (kernel, plan, device) -> CompiledKernel, the latest launch last: code, for tools
@@ -889,10 +899,7 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
                 block_tables.stride(0), out.stride(0), max_model_len)
         kernel, row_dims = ((_fp8_wgmma_kernel, {"D": D}) if fmt == "fp8w" else
                             (_fp4_wgmma_kernel, {"WARP_SPECIALIZE": fmt == "fp4ws", "PRODUCER_REGS": PRODUCER_REGS}))
-        # warp-specialised: the register count at launch sets the programs an SM holds (256 threads: Triton
-        # pads the producer warp to a warpgroup) and bounds the code outside the partitions (q's fold, the
-        # exact fallback: next_n 2 needs ~160); the warpgroup gets the rest of the program's registers
-        options = {"maxnreg": WS_MAXNREG if next_n == 1 else 192} if fmt == "fp4ws" else {}
+        options = {"maxnreg": ws_maxnreg(next_n)} if fmt == "fp4ws" else {}
         ck = kernel[grid](*args, NEXT_N=next_n, H=H, **row_dims, BLOCK=BLOCK, CHUNK=chunk, NUM_STAGES=stages,
                           num_warps=4, **options)
         _record_compiled((kernel.__name__, plan, out.device.index), ck)
