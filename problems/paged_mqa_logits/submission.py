@@ -500,27 +500,53 @@ if gluon is not None:
             blk = blk_next
 
     @gluon.jit
-    def _fp4_consumer(k_smem, w_smem, ready, empty, q_lo_smem, q_hi_smem, w, keys_l: gl.constexpr,
-                      a_op: gl.constexpr, ctx, p0, p_end, out_row, out_stride, max_model_len, NEXT_N: gl.constexpr,
-                      H: gl.constexpr):
-        """The warp-specialised kernel's warpgroup: each page's scores and logits; a slot is freed once the
-        page's wgmmas are done (so every warp has read it). Returns (k_bad,)."""
+    def _fp4_consumer(k_smem, w_smem, ready, empty, q_lo_smem, q_hi_smem, q_ptr, q_scale_ptr, w_ptr, b,
+                      keys_l: gl.constexpr, a_op: gl.constexpr, ctx, p0, p_end, out_row, out_stride, max_model_len,
+                      NEXT_N: gl.constexpr, H: gl.constexpr):
+        """The warp-specialised kernel's warpgroup: q staged (while the producer's first loads are under
+        way), then each page's scores and logits; a slot is freed once the page's wgmmas are done (so every
+        warp has read it). Returns (bad,): the rows (or q) that the fold could not hold."""
         NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
         BLOCK: gl.constexpr = k_smem.type.shape[1]
         mma: gl.constexpr = a_op.parent
-        tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
-        acc0 = gl.zeros([BLOCK, NEXT_N * H], gl.float32, layout=mma)
         k_bad = gl.zeros([BLOCK], gl.int32, layout=gl.SliceLayout(1, mma))
-        for j in range(0, p_end - p0):
-            slot = j % NUM_STAGES
-            mbarrier.wait(ready.index(slot), (j // NUM_STAGES) & 1)
-            acc, k_emax, k_ok = _fp4_scores(k_smem.index(slot), w_smem.index(slot), q_lo_smem, q_hi_smem, acc0,
-                                            keys_l, a_op)
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            mbarrier.arrive(empty.index(slot), count=1)
-            k_bad = _fp4_write(acc, k_emax, k_ok, k_bad, w, (p0 + j) * BLOCK + tok, ctx, out_row, out_stride,
-                               max_model_len, NEXT_N, H)
+        if p0 < p_end:  # a chunk past the context has no pages: no q to stage
+            w, q_bad = _fp4_stage_q(q_ptr, q_scale_ptr, w_ptr, b, q_lo_smem, q_hi_smem, mma)
+            _cta_barrier()  # every warp's q stores before the first wgmma reads them
+            tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
+            acc0 = gl.zeros([BLOCK, NEXT_N * H], gl.float32, layout=mma)
+            for j in range(0, p_end - p0):
+                slot = j % NUM_STAGES
+                mbarrier.wait(ready.index(slot), (j // NUM_STAGES) & 1)
+                acc, k_emax, k_ok = _fp4_scores(k_smem.index(slot), w_smem.index(slot), q_lo_smem, q_hi_smem,
+                                                acc0, keys_l, a_op)
+                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                mbarrier.arrive(empty.index(slot), count=1)
+                k_bad = _fp4_write(acc, k_emax, k_ok, k_bad, w, (p0 + j) * BLOCK + tok, ctx, out_row, out_stride,
+                                   max_model_len, NEXT_N, H)
+            k_bad = k_bad | q_bad.to(gl.int32)
         return (k_bad,)  # a tuple: Triton 3.6's warp_specialize cannot flatten a lone tensor
+
+    @gluon.jit
+    def _fp4_stage_q(q_ptr, q_scale_ptr, w_ptr, b, q_lo_smem, q_hi_smem, mma: gl.constexpr):
+        """Sequence b's q folded once into the two B operands (e5m2 [QN, 64], K contiguous, in shared
+        memory; fenced for the wgmmas, not barriered) -> (the weights times q's row factors in
+        SliceLayout(0, mma), whether some q row's scales span more than the fold holds)."""
+        QN: gl.constexpr = q_lo_smem.type.shape[0]
+        RB: gl.constexpr = q_lo_smem.type.shape[1]
+        rows2d: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])
+        hq = gl.arange(0, QN, layout=gl.SliceLayout(1, rows2d))
+        cq = gl.arange(0, RB, layout=gl.SliceLayout(0, rows2d))
+        q_packed = _by_group(gl.load(q_ptr + gl.expand_dims(b * QN + hq, 1) * RB + gl.expand_dims(cq, 0)))
+        q_words = gl.load(q_scale_ptr + b * QN + hq)
+        q_lo, q_hi, q_emax, q_ok = _fold(q_packed, gl.convert_layout(
+            q_words, gl.SliceLayout(1, gl.SliceLayout(2, q_packed.type.layout))))
+        q_lo_smem.store(gl.convert_layout(_contraction_order(q_lo), rows2d))
+        q_hi_smem.store(gl.convert_layout(_contraction_order(q_hi), rows2d))
+        fence_async_shared()
+        heads = gl.arange(0, QN, layout=gl.SliceLayout(0, mma))
+        w = gl.load(w_ptr + b * QN + heads) * _pow2(gl.convert_layout(q_emax, gl.SliceLayout(0, mma)) - 129)
+        return w, gl.min(q_ok.to(gl.int32), axis=0) == 0
 
     @gluon.jit(do_not_specialize=["bt_stride", "out_stride", "max_model_len"])
     def _fp4_wgmma_kernel(k_desc, w_desc, q_ptr, q_scale_ptr, kv_ptr, kv_word_ptr, w_ptr, ctx_ptr, bt_ptr, out_ptr,
@@ -535,7 +561,7 @@ if gluon is not None:
         ROWS_PER_BLOCK: gl.constexpr = BLOCK * (RB + 4) // RB   # 68
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, QN, 32])
         a_op: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=4)
-        rows2d: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])  # packed q; the fallback's scores
+        rows2d: gl.constexpr = gl.BlockedLayout([1, 4], [4, 8], [4, 1], [1, 0])  # the fallback's scores
         q_smem_l: gl.constexpr = gl.NVMMASharedLayout.get_default_for([QN, RB], gl.float8e5)
         # The packed keys as the threads read them: a_op with _contraction_order undone, so a thread holds
         # packed bytes 16 l .. 16 l + 15 (scale group l, l its lane in the quad) of each of its two rows.
@@ -562,51 +588,40 @@ if gluon is not None:
             blk_next = _ring_start(k_desc, w_desc, k_smem, w_smem, bars, bt_row, p0, p_end, ROWS_PER_BLOCK, BLOCK,
                                    RB // 4)
 
-        # q, folded once into the two B operands (e5m2 [QN, 64], K contiguous)
-        hq = gl.arange(0, QN, layout=gl.SliceLayout(1, rows2d))
-        cq = gl.arange(0, RB, layout=gl.SliceLayout(0, rows2d))
-        q_packed = gl.load(q_ptr + gl.expand_dims(b * QN + hq, 1) * RB + gl.expand_dims(cq, 0))
-        q_words = gl.load(q_scale_ptr + b * QN + hq)
-        q_packed = _by_group(q_packed)
-        q_lo, q_hi, q_emax, q_ok = _fold(q_packed, gl.convert_layout(
-            q_words, gl.SliceLayout(1, gl.SliceLayout(2, q_packed.type.layout))))
-        q_lo_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l,
-                                              gl.convert_layout(_contraction_order(q_lo), rows2d))
-        q_hi_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l,
-                                              gl.convert_layout(_contraction_order(q_hi), rows2d))
-        fence_async_shared()
-        heads = gl.arange(0, QN, layout=gl.SliceLayout(0, mma))
-        w = gl.load(w_ptr + b * QN + heads) * _pow2(gl.convert_layout(q_emax, gl.SliceLayout(0, mma)) - 129)
-        bad = gl.min(q_ok.to(gl.int32), axis=0) == 0
-
+        # q's two B operands (e5m2 [QN, 64], K contiguous), staged by _fp4_stage_q in a chunk with pages
+        q_lo_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l)
+        q_hi_smem = gl.allocate_shared_memory(gl.float8e5, [QN, RB], q_smem_l)
         if WARP_SPECIALIZE:
             k_bad, = gl.warp_specialize(
-                [(_fp4_consumer, (k_smem, w_smem, bars, empty, q_lo_smem, q_hi_smem, w, keys_l, a_op, ctx, p0, p_end,
-                                  out_row, out_stride, max_model_len, NEXT_N, H)),
+                [(_fp4_consumer, (k_smem, w_smem, bars, empty, q_lo_smem, q_hi_smem, q_ptr, q_scale_ptr, w_ptr, b,
+                                  keys_l, a_op, ctx, p0, p_end, out_row, out_stride, max_model_len, NEXT_N, H)),
                  (_fp4_producer, (k_desc, w_desc, k_smem, w_smem, bars, empty, bt_row, p0, p_end, ROWS_PER_BLOCK,
                                   BLOCK, RB // 4))], [1], [PRODUCER_REGS])
         else:
-            tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
-            acc0 = gl.zeros([BLOCK, QN], gl.float32, layout=mma)
             k_bad = gl.zeros([BLOCK], gl.int32, layout=gl.SliceLayout(1, mma))
-            for j in range(0, p_end - p0):
-                p = p0 + j
-                slot = j % NUM_STAGES
-                mbarrier.wait(bars.index(slot), (j // NUM_STAGES) & 1)
-                acc, k_emax, k_ok = _fp4_scores(k_smem.index(slot), w_smem.index(slot), q_lo_smem, q_hi_smem, acc0,
-                                                keys_l, a_op)
-                blk_next = _ring_refill(k_desc, w_desc, k_smem, w_smem, bars, slot, blk_next, p, p_end, bt_row,
-                                        ROWS_PER_BLOCK, BLOCK, RB // 4)
-                acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-                k_bad = _fp4_write(acc, k_emax, k_ok, k_bad, w, p * BLOCK + tok, ctx, out_row, out_stride,
-                                   max_model_len, NEXT_N, H)
+            if p0 < p_end:  # a chunk past the context has no pages: no q to stage
+                w, q_bad = _fp4_stage_q(q_ptr, q_scale_ptr, w_ptr, b, q_lo_smem, q_hi_smem, mma)
+                _cta_barrier()  # every warp's q stores before the first wgmma reads them
+                tok = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, mma))
+                acc0 = gl.zeros([BLOCK, QN], gl.float32, layout=mma)
+                for j in range(0, p_end - p0):
+                    p = p0 + j
+                    slot = j % NUM_STAGES
+                    mbarrier.wait(bars.index(slot), (j // NUM_STAGES) & 1)
+                    acc, k_emax, k_ok = _fp4_scores(k_smem.index(slot), w_smem.index(slot), q_lo_smem, q_hi_smem,
+                                                    acc0, keys_l, a_op)
+                    blk_next = _ring_refill(k_desc, w_desc, k_smem, w_smem, bars, slot, blk_next, p, p_end, bt_row,
+                                            ROWS_PER_BLOCK, BLOCK, RB // 4)
+                    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+                    k_bad = _fp4_write(acc, k_emax, k_ok, k_bad, w, p * BLOCK + tok, ctx, out_row, out_stride,
+                                       max_model_len, NEXT_N, H)
+                k_bad = k_bad | q_bad.to(gl.int32)
         for i in gl.static_range(NUM_STAGES):
             mbarrier.invalidate(bars.index(i))
             if WARP_SPECIALIZE:
                 mbarrier.invalidate(empty.index(i))
 
-        bad = bad | (gl.max(k_bad, axis=0) > 0)
-        if bad:  # rare: some scales span > 15 binades. Redo the chunk exactly in fp32, one dim at a time.
+        if gl.max(k_bad, axis=0) > 0:  # rare: some scales span > 15 binades. Redo the chunk exactly in fp32, one dim at a time.
             _cta_barrier()  # the pages' first writes came from other threads of this program
             tb = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, rows2d))
             hb = gl.arange(0, QN, layout=gl.SliceLayout(0, rows2d))
