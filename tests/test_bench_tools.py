@@ -217,3 +217,13 @@ def test_the_judge_clock_summary_gives_each_runs_score_and_their_agreement():
     assert "| repository root (MLA) | benchmark | 20.00 / 21.00 | 5.00% |  |" in lines
     assert "| repository root (MLA) | leaderboard | 21.00 | 0.00% | 1.0244 |" in lines
     assert "| paged_mqa_logits | benchmark | 5.00 | 0.00% |  |" in lines
+
+
+def test_the_paged_sweep_tries_every_plan_format_and_checks_every_fp4_kernels_fallback():
+    """The tuning sweep's default formats are all the submission's plan formats, so routing is chosen from
+    every kernel; the correctness pass runs each format, and the widened-scale check each fp4 Gluon kernel."""
+    with paged_bench() as bench:
+        S = bench.S
+        assert bench.parse_args([]).formats.split(",") == list(S.FMT_IDS)
+        assert {p[0] for p in bench.CHECK_PLANS} == set(S.FMT_IDS)
+        assert {p[0] for p in bench.FALLBACK_PLANS} == {f for f in S.GLUON_FORMATS if S.PAIR[f] == "fp4"}
