@@ -83,9 +83,9 @@ PRODUCER_REGS = 24  # fp4ws: the producer warpgroup's registers (setmaxnreg)
 
 def ws_maxnreg(next_n: int) -> int:
     """fp4ws's registers at launch. They set the programs an SM holds (256 threads: Triton pads the producer
-    warp to a warpgroup) and bound the code outside the partitions (q's fold, the exact fallback: next_n 2
-    needs ~160); the warpgroup gets the rest of the program's. 64 at next_n 1: 4 programs an SM, 104 for
-    the warpgroup."""
+    warp to a warpgroup) and bound the code outside the partitions (the exact fallback; at next_n 2 that
+    code, q's fold then included, needed ~160); the warpgroup gets the rest of the program's. 64 at next_n
+    1: 4 programs an SM, 104 for the warpgroup."""
     return 64 if next_n == 1 else 192
 
 
@@ -621,7 +621,8 @@ if gluon is not None:
             if WARP_SPECIALIZE:
                 mbarrier.invalidate(empty.index(i))
 
-        if gl.max(k_bad, axis=0) > 0:  # rare: some scales span > 15 binades. Redo the chunk exactly in fp32, one dim at a time.
+        # rare: some scales span > 15 binades. Redo the chunk exactly in fp32, one dim at a time.
+        if gl.max(k_bad, axis=0) > 0:
             _cta_barrier()  # the pages' first writes came from other threads of this program
             tb = gl.arange(0, BLOCK, layout=gl.SliceLayout(1, rows2d))
             hb = gl.arange(0, QN, layout=gl.SliceLayout(0, rows2d))
