@@ -453,10 +453,15 @@ def test_route_memoizes_descriptors_by_addresses_and_cache_rows(mods):
 
 
 def _sass_tool(sub):
-    """problems/paged_mqa_logits/sass_offline.py, compiling this test's submission module."""
+    """problems/paged_mqa_logits/sass_offline.py, compiling this test's submission module. The tool puts its
+    directory first on sys.path; that is undone, or a later test's `import reference` would get this kit's."""
     spec = importlib.util.spec_from_file_location("paged_sass_offline", PROBLEM / "sass_offline.py")
     tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    path = list(sys.path)
+    try:
+        spec.loader.exec_module(tool)
+    finally:
+        sys.path[:] = path
     tool.S = sub
     return tool
 
