@@ -227,3 +227,25 @@ def test_the_paged_sweep_tries_every_plan_format_and_checks_every_fp4_kernels_fa
         assert {p[0] for p in bench.CHECK_PLANS} == set(S.FMT_IDS)
         assert {p[0] for p in bench.FALLBACK_PLANS} == {f for f in S.GLUON_FORMATS if S.PAIR[f] == "fp4"}
 
+
+def _ncu_raw(units, rows):
+    import fp4_issue_bound as bound
+    names = ["ID", "Kernel Name"] + list(bound.METRICS.values())
+    lines = ["==PROF== Connected to process 1", ",".join(f'"{n}"' for n in names),
+             ",".join(f'"{u}"' for u in ["", ""] + units)]
+    lines += [",".join(f'"{v}"' for v in row) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def test_the_issue_bound_tool_reads_ncus_raw_csv_in_its_units():
+    import fp4_issue_bound as bound
+    units = ["inst", "cycle", "Ghz", "us", "", "register/thread"]
+    first = ["0", "k", "1", "1", "1", "1", "132", "1"]
+    last = ["1", "k", "99,494,912", "511,865.83", "1.70", "301.25", "132", "255"]
+    got = bound.parse_raw_csv(_ncu_raw(units, [first, last]))
+    assert got == {"inst": 99494912, "cycles": 511865.83, "clock": pytest.approx(1.7e9), "ns": pytest.approx(301250),
+                   "sms": 132, "regs": 255}
+    with pytest.raises(ValueError, match="furlong"):
+        bound.parse_raw_csv(_ncu_raw(["inst", "cycle", "Ghz", "furlong", "", ""], [last]))
+    with pytest.raises(ValueError, match="no profiled launch"):
+        bound.parse_raw_csv("==PROF== No kernels were profiled.\n")
