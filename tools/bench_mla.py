@@ -31,10 +31,9 @@ import submission as S  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peers  # noqa: E402
 import results_plot  # noqa: E402
-from problem_loader import geomean, median_gpu_us, results_stamp  # noqa: E402
+from problem_loader import PEAK_BW, geomean, median_gpu_us, results_stamp  # noqa: E402
 
 SHAPES = [(b, kv, 1) for b in (4, 32, 64, 256) for kv in (1024, 8192)]
-PEAK_BW = 4.2e12
 _warm = False
 
 

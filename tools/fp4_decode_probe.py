@@ -114,15 +114,26 @@ def sass_counts(nb: int = 2048, warps: int = 4, blocks: int = 18, decode: bool =
     return opcode_counts(sass_of(compile_offline(nb, warps, blocks, decode))), nb * 32 / (32 * warps)
 
 
+def decode_counts():
+    """(the probe's SASS opcode counts, its pass-through twin's, decoded elements per thread)."""
+    (ops, elements), (base, _) = sass_counts(), sass_counts(decode=False)
+    return ops, base, elements
+
+
+def decode_per_element(ops, base, elements):
+    """SASS instructions per element of the decode alone: the probe less its pass-through twin."""
+    return (sum(ops.values()) - sum(base.values())) / elements
+
+
 def sass_rows():
     """The probe's SASS per element, and the decode's alone (the probe less its pass-through twin)."""
-    (ops, elements), (base, _) = sass_counts(), sass_counts(decode=False)
+    ops, base, elements = decode_counts()
     total, without = sum(ops.values()), sum(base.values())
     mix = ", ".join(f"{op} {ops[op] - base[op]:+d}" for op in ("PRMT", "LOP3", "SHF", "IMAD", "MOV") if ops[op] != base[op])
     return [f"- probe, sm_90 SASS: {total} instructions a thread for {elements:.0f} elements, {total / elements:.2f} per "
             f"element (loads, table build, xor reduce included); LDL/STL {ops['LDL'] + ops['STL']}",
             f"- the decode alone (the probe less its pass-through twin): {total - without} instructions, "
-            f"{(total - without) / elements:.2f} per element ({mix})"]
+            f"{decode_per_element(ops, base, elements):.2f} per element ({mix})"]
 
 
 def slow_share_rows():

@@ -20,10 +20,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from problem_loader import ROOT, geomean, results_stamp  # noqa: E402
+from problem_loader import PEAK_BW, ROOT, geomean, results_stamp  # noqa: E402
 
 PEAK_ISSUE = 4          # warp instructions an SM can issue per cycle (4 schedulers, one each)
-PEAK_BW = 4.2e12        # bytes/s: the H200's measured device copy rate
 MLA_DECODED = 576 + 512  # elements of a cache row decoded per token: K (all 576) and V (the 512 nope)
 MLA_KERNEL = "_mla_fp8_wgmma_kernel"
 # "shipped": the plan the kit routes the shape to (an fp8 kernel, Triton's or Gluon's); fp4ws at chunk 16,
@@ -97,13 +96,6 @@ def parse_raw_csv(text):
     return got
 
 
-def decode_per_element():
-    """SASS instructions per element of the table decode alone (fp4_decode_probe, compiled for sm_90)."""
-    import fp4_decode_probe as probe
-    (ops, elements), (base, _) = probe.sass_counts(), probe.sass_counts(decode=False)
-    return (sum(ops.values()) - sum(base.values())) / elements
-
-
 def mla_rows(d):
     """The MLA table: per benchmark shape the fp8 kernel as measured and the MXFP4 kernel's lower bound."""
     from problem_loader import load
@@ -135,12 +127,11 @@ def paged_rows():
             "| us at peak issue | issue rate to tie the shipped plan |", "|" + "---|" * 11]
     rows = []
     for b, n, ctx in PAGED_SHAPES:
-        shipped = None
-        for fmt, kernel in PAGED_KERNELS.items():
-            m = profile(kernel, ("paged", fmt, b, n, ctx))
-            shipped = shipped or m
+        counted = {fmt: profile(kernel, ("paged", fmt, b, n, ctx)) for fmt, kernel in PAGED_KERNELS.items()}
+        shipped = counted["shipped"]
+        for fmt, m in counted.items():
             peak_us = m["inst"] / (m["sms"] * PEAK_ISSUE * m["clock"]) * 1e6
-            tie = "-" if m is shipped else f"{m['inst'] / (shipped['sms'] * shipped['cycles']):.2f}"
+            tie = "-" if fmt == "shipped" else f"{m['inst'] / (shipped['sms'] * shipped['cycles']):.2f}"
             rows.append(f"| {b} | {n} | {ctx} | {fmt} | {m['ns'] / 1e3:.1f} | {m['inst'] / 1e6:.1f} M "
                         f"| {m['clock'] / 1e9:.2f} | {m['inst'] / (m['sms'] * m['cycles']):.2f} | {m['regs']:.0f} "
                         f"| {peak_us:.1f} | {tie} |")
@@ -154,7 +145,8 @@ def main():
     args = ap.parse_args()
     if args.case:
         return run_case(args.case)
-    d = decode_per_element()
+    import fp4_decode_probe as probe
+    d = probe.decode_per_element(*probe.decode_counts())  # the table decode's SASS per element, sm_90
     mla, at_rate, bound = mla_rows(d)
     lines = ["# fp4 against fp8: executed instructions", "",
              results_stamp("python tools/fp4_issue_bound.py") + ". ncu (`--clock-control none`), one call after "

@@ -1,7 +1,8 @@
 """What the tools share (bench_mla, tune_mla, kernel_times, ncu_case, the SASS tools, the paged kit's bench):
 a problem directory's modules, imported as eval.py's worker imports them; the judge's L2 flush; one timer,
 GPU time with the call queued behind a hold, as eval.py ranks it; the SASS of a kernel compiled for sm_90
-(no GPU needed) and its instruction counts; and the stamp a results file starts with."""
+(no GPU needed) and its instruction counts; the measured copy rate the tools' memory floors use
+(PEAK_BW); and the stamp a results file starts with."""
 import collections
 import datetime
 import importlib.util
@@ -15,6 +16,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
+# bytes/s: the H200's measured device copy rate (read + write), the tools' memory floor; the judge's
+# floor uses the datasheet peak (eval.PEAK_BANDWIDTH)
+PEAK_BW = 4.2e12
 
 
 def load(problem: str = ".") -> SimpleNamespace:

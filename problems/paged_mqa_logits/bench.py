@@ -31,9 +31,7 @@ import reference as R  # noqa: E402
 import submission as S  # noqa: E402
 import peers  # noqa: E402
 import results_plot  # noqa: E402
-from problem_loader import geomean, median_gpu_us, results_stamp  # noqa: E402
-
-PEAK_BW = 4.2e12  # bytes/s: the H200's measured device copy rate, as tools/bench_mla.py's
+from problem_loader import PEAK_BW, geomean, median_gpu_us, results_stamp  # noqa: E402
 
 
 def moved_bytes(data, fmt="fp8") -> int:
