@@ -94,20 +94,48 @@ HARNESS_MEMORY_FACTOR = 6
 MIN_RUNS = 10
 WARMUP_CALLS = 3
 
-# The judge's clock against the worker's: a case fails when its reported times are below what the
-# judge's clock allows by more than max(absolute margin, MARGIN_REL * reported mean). The absolute
-# margin is 20 us on a GPU; on the CPU, where the judge, the worker and the null worker share a few
-# cores and their wake-ups dominate, 2 ms. The judge's own overhead is measured on the same protocol
-# with a null submission that takes as long as the measured calls (a spin on the GPU, a busy wait on
-# the CPU): NULL_CALIBRATION calls before a case's timed calls, then one after every NULL_EVERY of
-# them. The slowest TRIM of the calls on each side are left out, so that a host hiccup in one call
-# cannot fail an honest case.
-MARGIN_ABS_NS = {"cuda": 20e3, "cpu": 2e6}
-MARGIN_REL = 0.15
-# One call is ranked no lower than the judge's clock of it less this many margins (ranked_times): wide
-# enough that the judge's own per-call noise (its end stamp waits on the worker's host, ~2-12 us of spread
-# on the H200) never lifts an honest call, narrow enough that no call hides more than a few margins.
-CALL_MARGINS = 4
+# The judge's clock against the worker's. The judge's own overhead is measured on the same protocol with a
+# null submission that takes as long as the measured calls (a spin on the GPU, a busy wait on the CPU):
+# NULL_CALIBRATION calls before a case's timed calls, then one after every NULL_EVERY of them. Per call,
+# the judge's clock less the null's overhead (trimmed mean: the slowest TRIM of its calls left out) is
+# what the judge saw of the call; a report may lie under it by at most a band, band(t) = abs_ns + rel * t
+# for a call reported at t (Band).
+#
+# The band is what the judge can tell apart, measured on the H200 with tools/judge_resolution.py
+# (docs/judge_resolution_h200.md: the shipped submissions and two null processes, both kits, rounds of
+# fresh processes). The GPU switches between the judge's and the worker's contexts twice a call, ~155 us
+# each way, and how long that takes differs from one process to the next and with the call's work: an
+# honest case's mean gap to the null read from -4.4 to +8.2 us, two null processes running the same code
+# differed by up to 8.4 us, and the per-call spread is 3.6-5.6 us. 6 us + 10 % keeps every honest gap
+# measured inside it (the closest, +6.8 us at 41.6 us against 10.2) and fails a report of a quarter of a
+# call once the call is over ~16 us (a gap of 12 us and more). Below that, and by the band on every case,
+# a report can take time off unseen: docs/judge.md states how much, per case. On the CPU the three
+# processes' wake-ups on a few cores make it milliseconds.
+#   - A case whose trimmed mean gap (the largest TRIM of its per-call residuals left out, so that a hiccup
+#     of the judge's cannot fail it) exceeds band(its reported mean) is timed again on fresh processes
+#     (RETIMES: a process whose switches run slow is not the submission's doing), and fails if the mean gap
+#     of all its timings exceeds it (a second draw of processes is not a second chance at a lucky one).
+#   - One call is ranked no lower than the judge's clock of it less CALL_BANDS bands (ranked_times), and a
+#     report more than CALL_BANDS bands above the judge's clock (a stall of the worker's events that the
+#     judge's clock did not see) is ranked on the judge's clock: CALL_BANDS is wide enough that the
+#     per-call spread never moves an honest call, and the calls a trimmed mean leaves out can hide no more.
+#   - On the CPU the ranked time is the judge's clock itself; its band only checks the report.
+@dataclasses.dataclass(frozen=True)
+class Band:
+    abs_ns: float
+    rel: float
+
+    def at(self, reported_ns: float) -> float:
+        return self.abs_ns + self.rel * max(reported_ns, 0.0)
+
+
+BANDS = {"cuda": Band(6e3, 0.10), "cpu": Band(2e6, 0.15)}
+CALL_BANDS = 3
+RETIMES = 1
+# A case's statistics leave out its slowest SLOWEST_SHARE of ranked calls (one at least): one call in a
+# hundred stalled for milliseconds, on either clock and whatever the cause (the judge or the worker
+# descheduled, another context on the GPU), then moves its mean by nothing. The report counts them.
+SLOWEST_SHARE = 0.01
 # A call that has not returned when the judge releases it is timed on the judge's host clock, host time
 # included. In a case whose other calls all return in time, such a call is a stall of the host (the
 # worker descheduled or paging), not the submission's cost, and one of them would move the mean by
@@ -125,8 +153,8 @@ COMPARE_PROCESS_SPREAD = {"cuda": 0.005, "cpu": 0.05}
 OTHER_SUBMISSION = "submission_other.py"
 # compare mode keeps three workers' contexts on the GPU, and its honest gaps to the null are larger: on the
 # H200 the shipped MLA submission's gap read +20.0 to +21.0 us per case in compare against +5 to +8 us in
-# leaderboard mode on the same machine. Its margin is this many times the ranked modes'.
-COMPARE_MARGIN_FACTOR = 2
+# leaderboard mode on the same machine. It checks reports against these bands (it ranks nothing).
+COMPARE_BANDS = {"cuda": Band(40e3, 0.15), "cpu": Band(4e6, 0.15)}
 
 # On a GPU the null submission's calls run on a quiet machine: every other process the judge started (the
 # submission's worker and whatever it started) is stopped (SIGSTOP), and the judge first waits
@@ -145,6 +173,9 @@ HOLD_TIMEOUT_NS = 60_000_000_000  # each hold lets go by itself this long after 
 # goes on regardless, and the report counts such calls (`late_holds`). The wait is before the judge's
 # clock starts: it costs the run wall time, not a call time.
 HOLD_SWAP_WAIT_S = 0.01
+# The judge's gate (Judge.timed) opens by itself this long after it starts, should the judge's host be held
+# up queuing a call's work behind it (the call is then timed with that delay in it, not lost).
+GATE_TIMEOUT_NS = 1_000_000_000
 # On a GPU machine both sides poll for the other's next message for this long before they sleep on it:
 # a process woken from sleep takes a time that grows with how long it slept (tens to hundreds of us on
 # a VM), which would otherwise be most of the judge's clock. (On a CPU machine the cores do the work.)
@@ -849,11 +880,12 @@ _PTX_HEADER = ".version 7.0\n.target sm_70\n.address_size 64\n"
 # spinning hold for the judge's work and gives them back; for the full hold that leaves the call behind it
 # ~6 us slower on inputs over ~100 MB (docs/judge.md), for one block it leaves nothing measurable.
 _HOLD_PTX = r"""
-.visible .entry eval_hold(.param .u64 flag, .param .u32 target, .param .u64 timeout_ns, .param .u64 announce)
+.visible .entry eval_hold(.param .u64 flag, .param .u32 target, .param .u64 timeout_ns, .param .u64 announce,
+                          .param .u64 let_go_at)
 {
     .reg .pred %p<4>;
     .reg .b32 %r<5>;
-    .reg .b64 %rd<6>;
+    .reg .b64 %rd<8>;
     mov.u32 %r0, %tid.x;
     setp.ne.u32 %p0, %r0, 0;
     @%p0 bra DONE;
@@ -869,12 +901,17 @@ POLL:
     ld.relaxed.sys.global.u32 %r2, [%rd0];
     sub.s32 %r3, %r2, %r1;
     setp.ge.s32 %p1, %r3, 0;
-    @%p1 bra DONE;
+    @%p1 bra LET_GO;
     mov.u64 %rd4, %globaltimer;
     setp.gt.u64 %p2, %rd4, %rd3;
-    @%p2 bra DONE;
+    @%p2 bra LET_GO;
     nanosleep.u32 200;
     bra POLL;
+LET_GO:
+    ld.param.u64 %rd6, [let_go_at];
+    setp.eq.u64 %p3, %rd6, 0;
+    mov.u64 %rd7, %globaltimer;
+    @!%p3 st.relaxed.sys.global.u64 [%rd6], %rd7;
 DONE:
     bar.sync 0;
     ret;
@@ -882,8 +919,10 @@ DONE:
 """
 
 
-# Byte offsets in the release page: the release count the holds poll; the one-block hold's announcement.
-RELEASE_AT, ANNOUNCE_AT = 0, 8
+# Byte offsets in the release page: the release count the holds poll; the one-block hold's announcement;
+# the GPU time (%globaltimer) at which the one-block hold let go, which the judge reads back for the
+# breakdown of its clock (TimedCall.parts; the worker's word, shown, never ranked).
+RELEASE_AT, ANNOUNCE_AT, LET_GO_AT = 0, 8, 16
 ONE_BLOCK_HOLD = (1, 32)  # (blocks, threads a block) of the hold the judge's work takes the SMs from
 
 
@@ -922,8 +961,10 @@ SPIN:
 
 
 # The judge's clock on the GPU: one thread writes %globaltimer (ns) to an address. The judge stamps its
-# own stream right before it releases the worker and again once the worker's "staged" event has fired,
-# so what lies between is GPU time only (no process wake-ups), measured in the judge's context.
+# own stream before it writes a call's inputs and after it has copied the call's output into its own
+# memory, so what lies between is GPU time only (no process wake-ups), measured in the judge's context;
+# two stamps between them (after the release, once the staged event has fired) say where it went.
+STAMPS = ("start", "released", "staged", "end")  # the judge's stamps of a timed call, in order
 _STAMP_PTX = r"""
 .visible .entry eval_stamp(.param .u64 out)
 {
@@ -931,6 +972,23 @@ _STAMP_PTX = r"""
     ld.param.u64 %rd0, [out];
     mov.u64 %rd1, %globaltimer;
     st.global.u64 [%rd0], %rd1;
+    ret;
+}
+"""
+
+
+# The judge's release of a worker's holds: one thread writes the release count into the worker's release
+# page (host memory both map), on the judge's stream, so that it follows the judge's inputs and flush
+# with no host in between.
+_RELEASE_PTX = r"""
+.visible .entry eval_release(.param .u64 flag, .param .u32 value)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd0, [flag];
+    ld.param.u32 %r0, [value];
+    membar.sys;
+    st.relaxed.sys.global.u32 [%rd0], %r0;
     ret;
 }
 """
@@ -1207,13 +1265,13 @@ class WorkerSession:
         confinement = confine_worker([str(self.sandbox), "/dev/shm", os.path.realpath("/proc/self"),
                                       os.environ.get("TRITON_CACHE_DIR", "")], landlock=not self.under_ncu,
                                      lowest_priority=self.role != "null")
+        import torch  # before the sandbox is on sys.path: no module an earlier worker left there runs in set-up
+
         # the submission's imports come from the sandbox (started with -P, Python put no folder first)
         if getattr(sys.flags, "safe_path", False):
             sys.path.insert(0, str(self.sandbox))
         else:
             sys.path[0] = str(self.sandbox)
-        import torch
-
         self.torch, self.cuda = torch, torch.cuda.is_available()
         if self.cuda:
             torch.cuda.init()
@@ -1333,11 +1391,12 @@ class WorkerSession:
         torch.cuda.synchronize()
         stream = torch.cuda.current_stream()
         full, one_block = hold_targets(seq)
-        for shape, target, announce in ((self.hold_shape, full, 0),
-                                        (ONE_BLOCK_HOLD, one_block, self.flag_dev + ANNOUNCE_AT)):
+        for shape, target, announce, let_go in ((self.hold_shape, full, 0, 0),
+                                                (ONE_BLOCK_HOLD, one_block, self.flag_dev + ANNOUNCE_AT,
+                                                 self.flag_dev + LET_GO_AT)):
             self.driver.launch(self.hold_fn, *shape, stream.cuda_stream,
                                [ctypes.c_uint64(self.flag_dev + RELEASE_AT), ctypes.c_uint32(target),
-                                ctypes.c_uint64(HOLD_TIMEOUT_NS), ctypes.c_uint64(announce)])
+                                ctypes.c_uint64(HOLD_TIMEOUT_NS), ctypes.c_uint64(announce), ctypes.c_uint64(let_go)])
         self.start_event.record(stream)
         t0 = time.perf_counter_ns()
         out = self.kernel()(self.data)
@@ -1609,14 +1668,15 @@ class WorkerProcess:
         if cuda:
             import torch
 
-            driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.flag)), 4096)
-            self.flag_tensor = torch.frombuffer(self.flag, dtype=torch.int32, count=1, offset=RELEASE_AT)
-            self.release_value = torch.zeros(1, dtype=torch.int32, device="cuda")
+            self.flag_dev = driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.flag)), 4096)
             self.staged_event = torch.cuda.Event(blocking=False, enable_timing=False, interprocess=True)
 
     def handshake(self, deadline: float) -> None:
         ready = self.receive("ready", deadline)
-        self.confinement = [str(c) for c in ready.get("confinement", [])]
+        confinement = ready.get("confinement", [])
+        if not isinstance(confinement, list) or not all(isinstance(c, str) for c in confinement):
+            raise CaseFailure("the submission's process sent a malformed 'ready' message")
+        self.confinement = confinement
         unconfined = self._not_as_confined()
         if unconfined:
             raise CaseFailure(f"the worker's process is not confined as it says: {unconfined}")
@@ -1730,15 +1790,10 @@ class WorkerProcess:
             return f"the worker process {what}: killed by signal {name}{hint}"
         return f"the worker process {what} (exit code {code}) while running the submission"
 
-    def release(self, seq: int, stream_ordered: bool = True) -> None:
-        """Lets both of the worker's holds for call `seq` go: stream-ordered after the judge's GPU work so
-        far, or at once from the host."""
-        released = hold_targets(seq)[1]
-        if stream_ordered:
-            self.release_value.fill_(released)
-            self.flag_tensor.copy_(self.release_value, non_blocking=True)
-        else:
-            struct.pack_into("<i", self.flag, RELEASE_AT, released)
+    def release(self, seq: int) -> None:
+        """Lets both of the worker's holds for call `seq` go at once, from the host (a call that failed; the
+        judge's stream-ordered release is Judge._release)."""
+        struct.pack_into("<i", self.flag, RELEASE_AT, hold_targets(seq)[1])
 
     def swap_holds(self, seq: int) -> bool:
         """Lets the full-SM hold of call `seq` go, and waits (HOLD_SWAP_WAIT_S at most) until the one-block
@@ -1786,11 +1841,15 @@ class Prepared:
 
 @dataclasses.dataclass
 class TimedCall:
-    device_ns: float   # the worker's measure (the ranked number)
-    judge_ns: float    # the judge's clock: on a GPU its stamps around the release and the staged output;
-    #                    on the CPU, call sent to answer received
+    device_ns: float   # the worker's measure (its report)
+    judge_ns: float    # the judge's clock: on a GPU its stamps from before the inputs exist to after its own
+    #                    copy of the output; on the CPU, call sent to answer received
     host_ns: float     # the worker's host clock around custom_kernel (GPU only; shown, never ranked)
     early: bool        # the GPU was released before custom_kernel returned
+    # On a GPU, where the judge's clock went (ns from its first stamp): the release, behind the inputs and
+    # the flush; the one-block hold let go (the worker's word); the staged event seen; the output copied.
+    # For tools/judge_resolution.py; nothing ranks it.
+    parts: tuple = ()
 
 
 # The judge's GPU watchdog. On the H200 a CUDA context with a stream left waiting on a value that never
@@ -1902,7 +1961,14 @@ class Judge:
             w.attach(self.cuda, self.driver)
         if self.cuda:
             self.stamp_fn = self.driver.function(_STAMP_PTX, "eval_stamp")
-            self.stamps = torch.zeros(2, dtype=torch.int64, device="cuda")
+            self.release_fn = self.driver.function(_RELEASE_PTX, "eval_release")
+            # The gate: the judge's own hold (on a page no worker maps), which keeps its stream from starting
+            # a timed call's work until all of it is queued (Judge.timed).
+            self.gate_fn = self.driver.function(_HOLD_PTX, "eval_hold")
+            self.gate_page = mmap.mmap(-1, 4096)
+            self.gate_dev = self.driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.gate_page)), 4096)
+            self.gate_seq = 0
+            self.stamps = torch.zeros(len(STAMPS), dtype=torch.int64, device="cuda")
             self.quiet_fn = self.driver.function(_QUIET_PROBE_PTX, "eval_quiet_probe")
             self.quiet_gap = torch.zeros(1, dtype=torch.int64, device="cuda")
         self.watchdog = (GpuWatchdog(gpu_probe(torch), kill_workers_for_the_gpu) if self.cuda and not under_ncu
@@ -2103,9 +2169,23 @@ class Judge:
                            "stream (join side streams to it) before returning")
         return good, message
 
-    def _stamp(self, i: int) -> None:
+    def _stamp(self, name: str) -> None:
         self.driver.launch(self.stamp_fn, 1, 1, self.torch.cuda.current_stream().cuda_stream,
-                           [ctypes.c_uint64(self.stamps.data_ptr() + 8 * i)])
+                           [ctypes.c_uint64(self.stamps.data_ptr() + 8 * STAMPS.index(name))])
+
+    def _release(self, worker: WorkerProcess, seq: int) -> None:
+        self.driver.launch(self.release_fn, 1, 1, self.torch.cuda.current_stream().cuda_stream,
+                           [ctypes.c_uint64(worker.flag_dev + RELEASE_AT), ctypes.c_uint32(hold_targets(seq)[1])])
+
+    def _close_gate(self) -> int:
+        self.gate_seq += 1
+        self.driver.launch(self.gate_fn, *ONE_BLOCK_HOLD, self.torch.cuda.current_stream().cuda_stream,
+                           [ctypes.c_uint64(self.gate_dev), ctypes.c_uint32(self.gate_seq),
+                            ctypes.c_uint64(GATE_TIMEOUT_NS), ctypes.c_uint64(0), ctypes.c_uint64(0)])
+        return self.gate_seq
+
+    def _open_gate(self, seq: int) -> None:
+        struct.pack_into("<i", self.gate_page, 0, seq)
 
     def timed(self, worker: WorkerProcess, prep: Prepared, deadline: float, mimic_ns: float = 0,
               null_early: bool = False) -> tuple[TimedCall, tuple]:
@@ -2135,25 +2215,40 @@ class Judge:
             enqueued = worker.receive("enqueued", min(deadline, time.monotonic() + RETURN_WAIT_S), or_none=True,
                                       poll=True)
         except CaseFailure:
-            worker.release(seq, stream_ordered=False)
+            worker.release(seq)
             raise
         early = enqueued is None
-        # The full-SM hold goes, the one-block hold behind it spins. Then all on the judge's stream, no
-        # host in between: the first stamp; the call's inputs; L2 flushed and left clean; the release (the
-        # worker's kernels start right after it, with nothing of the inputs in L2); then, once the worker's
-        # "staged" event has fired, the second stamp and the output's bytes copied into the judge's hands.
-        # The clock starts before the inputs exist: work that the worker's context does with them before
-        # the release, on any stream (its kernels time-slice with the judge's on the GPU), is on the
-        # judge's clock too.
+        # The full-SM hold goes, the one-block hold behind it spins. Then all on the judge's stream, queued
+        # behind the judge's gate, which opens once all of it is (so that the judge's host, its launches and
+        # wake-ups, is nowhere between the stamps): the first stamp; the call's inputs; L2 flushed and left
+        # clean; the release (the worker's kernels start right after it, with nothing of the inputs in L2);
+        # a stamp; and, once the worker's "staged" event has fired, a stamp, the output's bytes copied into
+        # the judge's hands, and the last stamp. The clock starts before the inputs exist: work that the
+        # worker's context does with them before the release, on any stream (its kernels time-slice with
+        # the judge's on the GPU), is on the judge's clock too. It ends after the judge's copy of the
+        # output, so whatever the judge checks was there before its clock stopped. (The staged event is the
+        # worker's to record, and the GPU gives the judge's context the GPU only ~150 us after it fires: a
+        # worker that records it early computes unseen in that time. docs/judge.md, "What the worker holds".)
         stream = torch.cuda.current_stream()
         if not worker.swap_holds(seq):
             worker.late_holds += 1
-        t_start = now()  # a late call's clock (host): from here too, before its inputs exist
-        self._stamp(0)
-        prep.layout.write(views)
-        self.driver.reset_persisting_l2()
-        self.flush()
-        worker.release(seq)
+        struct.pack_into("<Q", worker.flag, LET_GO_AT, 0)
+        self.driver.reset_persisting_l2()  # not stream-ordered: before the gate, whose stream it might wait on
+        gate = self._close_gate()
+        try:
+            self._stamp("start")
+            prep.layout.write(views)
+            self.flush()
+            self._release(worker, seq)
+            self._stamp("released")
+            if not early:
+                stream.wait_event(worker.staged_event)
+                self._stamp("staged")
+                raw = worker.result.tensor.clone()
+                self._stamp("end")
+        finally:
+            self._open_gate(gate)
+        t_start = now()  # a late call's clock (host): from the gate's opening, before its inputs exist
         try:
             if early:
                 # The call is still running on the host, and its staged event is not recorded yet: the
@@ -2161,18 +2256,22 @@ class Judge:
                 # its hands (the null's calls on this path measure the write, flush and release with it).
                 stream.synchronize()
                 enqueued = worker.receive("enqueued", deadline, poll=True)
-            stream.wait_event(worker.staged_event)
-            self._stamp(1)
-            raw = worker.result.tensor.clone()
+                stream.wait_event(worker.staged_event)
+                self._stamp("staged")
+                raw = worker.result.tensor.clone()
+                self._stamp("end")
             done = worker.receive("done", deadline, poll=True)
         except CaseFailure:
-            worker.release(seq, stream_ordered=False)
+            worker.release(seq)
             raise
-        stamps = self.stamps.tolist()  # synchronises: raw is complete
-        judge_ns = now() - t_start if early else float(stamps[1] - stamps[0])
+        stamps = dict(zip(STAMPS, self.stamps.tolist()))  # synchronises: raw is complete
+        judge_ns = now() - t_start if early else float(stamps["end"] - stamps["start"])
+        let_go = struct.unpack_from("<Q", worker.flag, LET_GO_AT)[0]
+        parts = (stamps["released"] - stamps["start"], let_go - stamps["start"] if let_go else math.nan,
+                 stamps["staged"] - stamps["start"], stamps["end"] - stamps["start"])
         host_ns = enqueued.get("host_ns")
         host_ns = float(host_ns) if isinstance(host_ns, (int, float)) and not isinstance(host_ns, bool) else math.nan
-        return TimedCall(_reported(done), judge_ns, host_ns, early), (done.get("output"), raw)
+        return TimedCall(_reported(done), judge_ns, host_ns, early, parts), (done.get("output"), raw)
 
     def null_call(self, prep: Prepared, deadline: float, mimic_ns: float, early: bool = False) -> TimedCall:
         """One call of the null submission (for the protocol's own overhead) on a quiet machine: every other
@@ -2255,31 +2354,52 @@ def overhead_gap(calls: list[TimedCall], nulls: list[TimedCall]) -> float:
     return trimmed_mean([c.judge_ns - c.device_ns - base[c.early] for c in calls])
 
 
-def ranked_times(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool) -> list[float]:
-    """The ranked time of each call.
-    - Released before it returned (it synchronises, or its host path is slower): the judge's own host
-      clock from before its inputs were written to the output in hand, less the null submission's
-      overhead on that path;
-      timed as it ran, host time included, and nothing the submission reports enters it.
-    - On a GPU, released on time: the submission's device time, but never less than what the judge's
-      clock saw of the call beyond the null's overhead, less CALL_MARGINS margins. verify_times holds a
-      case's mean to one margin but leaves out its largest residuals (one stall of the judge's cannot
-      fail a case); this keeps a call among those from hiding more than that.
-    - On the CPU: the judge's clock less the null's overhead. The worker's clock is checked (verify_times)
-      but not ranked, so no report can take the CPU's wide margin off a time."""
+def ranked_times(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool, band: Band | None = None) -> list[float]:
+    """The ranked time of each call (rank_calls)."""
+    return [t for t, _ in rank_calls(calls, nulls, cuda, band)]
+
+
+def rank_calls(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool,
+               band: Band | None = None) -> list[tuple[float, str]]:
+    """(ranked time, how it was ranked) of each call. band: the mode's (BANDS by default).
+    - "early": released before it returned (it synchronises, or its host path is slower): the judge's own
+      host clock from before its inputs were written to the output in hand, less the null submission's
+      overhead on that path; timed as it ran, host time included, and nothing the submission reports
+      enters it.
+    - On a GPU, released on time, j the judge's clock of it less the null's overhead and b CALL_BANDS bands:
+      "report", the submission's device time, when it lies within b of j; "lifted" to j - b when it lies
+      under that (verify_times holds a case's mean to one band but leaves out its largest residuals, so
+      that one stall of the judge's cannot fail a case: this keeps a call among those from hiding more);
+      "judge", j itself, when it lies over j + b (a stall of the worker's events the judge's clock did not
+      see: the judge's clock is the authority both ways).
+    - On the CPU, "judge": the judge's clock less the null's overhead. The worker's clock is checked
+      (verify_times) but not ranked, so no report can take the CPU's wide band off a time."""
+    band = band or BANDS["cuda" if cuda else "cpu"]
     on_time_base, early_base = null_overhead(nulls, False), null_overhead(nulls, True)
-    times = []
+    ranked = []
     for c in calls:
         if c.early:  # without a usable null baseline, the judge's whole clock
             judged = c.judge_ns - early_base
-            times.append(judged if math.isfinite(judged) and judged > 0 else c.judge_ns)
-        elif cuda:
-            floor = c.judge_ns - on_time_base - CALL_MARGINS * max(MARGIN_ABS_NS["cuda"], MARGIN_REL * c.device_ns)
-            times.append(max(c.device_ns, floor) if math.isfinite(floor) else c.device_ns)
+            ranked.append((judged if math.isfinite(judged) and judged > 0 else c.judge_ns, "early"))
+            continue
+        judged = c.judge_ns - on_time_base
+        if not math.isfinite(judged):
+            ranked.append((c.device_ns if cuda else c.judge_ns, "report" if cuda else "judge"))
+        elif not cuda:
+            ranked.append((max(judged, 1.0), "judge"))
+        elif c.device_ns < judged - CALL_BANDS * band.at(c.device_ns):
+            ranked.append((judged - CALL_BANDS * band.at(c.device_ns), "lifted"))
+        elif c.device_ns > judged + CALL_BANDS * band.at(judged):
+            ranked.append((max(judged, 1.0), "judge"))
         else:
-            judged = c.judge_ns - on_time_base
-            times.append(max(judged, 1.0) if math.isfinite(judged) else c.judge_ns)
-    return times
+            ranked.append((c.device_ns, "report"))
+    return ranked
+
+
+def without_slowest(times: list[float]) -> list[float]:
+    """A case's ranked times less its slowest SLOWEST_SHARE (one at least, of two or more)."""
+    drop = max(1, int(SLOWEST_SHARE * len(times))) if len(times) > 1 else 0
+    return sorted(times)[:len(times) - drop]
 
 
 def kept_calls(late: list[bool]) -> list[bool]:
@@ -2297,24 +2417,35 @@ def ranked_calls(calls: list[TimedCall]) -> list[TimedCall]:
     return [c for c, keep in zip(calls, kept_calls([c.early for c in calls])) if keep]
 
 
-def verify_times(calls: list[TimedCall], nulls: list[TimedCall], margin_abs_ns: float) -> str:
-    """'' if the reported times agree with the judge's clock, else why not. Per call, the judge's clock
-    minus the reported time is the protocol's overhead; the same protocol with the null submission says
-    what that overhead is. A case whose overhead exceeds the null's by more than the margin reported
-    less time than its calls took. Calls released before they returned are left out: their ranked time
-    is the judge's clock (ranked_times)."""
+def timing_gap(calls: list[TimedCall], nulls: list[TimedCall]) -> tuple[float, float] | None:
+    """(reported mean, gap to the judge's clock beyond the null's overhead) over the calls released on time;
+    None if there are none (a late call's ranked time is the judge's clock: rank_calls)."""
     calls = [c for c in calls if not c.early]
     if not calls:
+        return None
+    return sum(c.device_ns for c in calls) / len(calls), overhead_gap(calls, nulls)
+
+
+def verify_times(calls: list[TimedCall], nulls: list[TimedCall], band: Band, earlier: list = ()) -> str:
+    """'' if the reported times agree with the judge's clock, else why not. Per call, the judge's clock
+    minus the reported time is the protocol's overhead; the same protocol with the null submission says
+    what that overhead is. A case whose overhead exceeds the null's by more than band.at(its reported mean)
+    reported less time than its calls took. earlier: timing_gap of the case's earlier timings on other
+    processes; what is checked is the mean over all of them (a process of slow switches weighs half)."""
+    timings = [*earlier, timing_gap(calls, nulls)]
+    timings = [t for t in timings if t is not None]
+    if not timings:
         return ""
-    claimed = sum(c.device_ns for c in calls) / len(calls)
-    gap = overhead_gap(calls, nulls)
-    allowed = max(margin_abs_ns, MARGIN_REL * claimed)
+    claimed = sum(t[0] for t in timings) / len(timings)
+    gap = sum(t[1] for t in timings) / len(timings)
+    allowed = band.at(claimed)
     if gap <= allowed:
         return ""
+    over = f" (the mean of {len(timings)} timings, each on fresh processes)" if len(timings) > 1 else ""
     return (f"the times reported from the submission's process (mean {_fmt_ns(claimed)}) are below what the "
-            f"judge's clock allows: its calls took {_fmt_ns(claimed + gap)} each by the judge's clock, with the "
-            f"judge's own overhead (measured on the same protocol with a null submission) taken out; the margin "
-            f"is {_fmt_ns(allowed)}")
+            f"judge's clock allows: its calls took {_fmt_ns(claimed + gap)} each by the judge's clock{over}, with "
+            f"the judge's own overhead (measured on the same protocol with a null submission) taken out; the band "
+            f"is {_fmt_ns(allowed)} ({_fmt_ns(band.abs_ns)} + {band.rel:.0%} of the report)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -2498,49 +2629,83 @@ def _periodic_null(judge: Judge, prep: Prepared, deadline: float, calls: list, n
 def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, ranked: bool,
                result: CaseTimes) -> str:
     """Fills result.calls, .nulls and .stats; returns '' or why the case failed. share_s: the case's
-    share of the run's time left; its timing loop stops after a part of it."""
-    judge.ensure_started(judge.worker, clock.left())
-    judge.ensure_started(judge.null, clock.left())
-    prep = _prepare_timed(judge, clock, case.args, form_too=True)
-    good, message = judge.call_once(prep, clock.deadline)
-    if not good:
-        return message
+    share of the run's time left; its timing loops stop after a part of it. A case whose reports lie under
+    the judge's clock by more than the band is timed again on fresh processes (RETIMES) before it fails."""
+    band = BANDS["cuda" if judge.cuda else "cpu"]
+    case_start = time.monotonic()
+    late_holds = judge.worker.late_holds
+    first, earlier = None, []
+    for attempt in range(1 + RETIMES):
+        if attempt:
+            earlier.append(timing_gap(result.calls, result.nulls))
+            judge.stop_workers()  # fresh processes, and so fresh CUDA contexts
+            result.calls.clear()
+            result.nulls.clear()
+        judge.ensure_started(judge.worker, clock.left())
+        judge.ensure_started(judge.null, clock.left())
+        first = first or _prepare_timed(judge, clock, case.args, form_too=True)
+        good, message = judge.call_once(first, clock.deadline)
+        if not good:
+            return message
+        share_left = max(share_s - (time.monotonic() - case_start), 0.0)
+        problem = _timing_loop(judge, case, first, clock, share_left, ranked, result.calls, result.nulls)
+        if problem:
+            return problem
+        problem = verify_times(result.calls, result.nulls, band, earlier)
+        if not problem:
+            break
+    else:
+        return problem
     calls, nulls = result.calls, result.nulls
+    kept = ranked_calls(calls)
+    how = rank_calls(kept, nulls, judge.cuda)
+    times = [t for t, _ in how]
+    used = without_slowest(times)
+    stats = result.stats = dataclasses.asdict(calculate_stats(used))
+    on_time = [c.device_ns for c in kept if not c.early]
+    if not judge.cuda and on_time and _median(times) < 0.25 * _median(on_time):
+        # an honest call's time on the judge's clock, less the null's overhead, is about what it reports
+        # (medians: one stalled call, which both clocks see, weighs nothing)
+        return (f"the submission's process reports its calls as taking {_fmt_ns(_median(on_time))} each (median) "
+                f"and the judge's clock, less the null submission's overhead, saw {_fmt_ns(_median(times))}: the "
+                f"report or the baseline cannot be trusted")
+    host = [c.host_ns for c in kept if math.isfinite(c.host_ns)]
+    stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
+    stats["floor"] = first.floor_ns if first.floor_ns is not None else float("nan")
+    stats["judge"] = sum(c.device_ns for c in kept) / len(kept) + overhead_gap(kept, nulls)
+    stats["band"] = band.at(sum(on_time) / len(on_time)) if on_time else float("nan")
+    gaps = [g for g in (*earlier, timing_gap(calls, nulls)) if g is not None]
+    stats["gap"] = sum(g[1] for g in gaps) / len(gaps) if gaps else float("nan")
+    stats["early"] = sum(c.early for c in calls)
+    stats["stragglers"] = len(calls) - len(kept)
+    stats["slowest"] = len(times) - len(used)
+    stats["lifted"] = sum(h == "lifted" for _, h in how)
+    stats["above"] = sum(h == "judge" for _, h in how) if judge.cuda else 0
+    stats["retimed"] = attempt
+    stats["late_holds"] = judge.worker.late_holds - late_holds
+    return ""
+
+
+def _timing_loop(judge: Judge, case: TestCase, prep: Prepared, clock: "RunClock", share_s: float, ranked: bool,
+                 calls: list, nulls: list) -> str:
+    """A case's null calibration and timed calls (on prep, or in ranked mode on a fresh input each), until
+    the stopping rule; '' or why a call failed."""
     nulls.extend(_calibrate_nulls(judge, judge.worker, prep, clock.deadline))
     repeats, max_time = (RANKED_MAX_REPEATS, RANKED_MAX_TIME_NS) if ranked else (BENCH_MAX_REPEATS, BENCH_MAX_TIME_NS)
     repeats = repeats if judge.cuda else min(repeats, CPU_MAX_REPEATS)
     wall_start = time.perf_counter_ns()
     wall_limit = min(WALL_LIMIT_NS, LOOP_SHARE * share_s * 1e9)
-    late_holds = judge.worker.late_holds
     for i in range(repeats):
         if ranked:  # a fresh input from a secret seed: nothing of it exists before this call
             prep = _prepare_timed(judge, clock, dict(case.args, seed=secrets.randbits(63)), form_too=False)
         problem = _timed_checked_call(judge, judge.worker, prep, clock.deadline, i, calls, nulls)
         if problem:
             return problem
-        if i + 1 >= MIN_RUNS:
-            s = calculate_stats(ranked_times(calls, nulls, judge.cuda))  # what is ranked, never a bare report
+        if i + 1 >= MIN_RUNS:  # what is ranked, never a bare report
+            s = calculate_stats(without_slowest(ranked_times(calls, nulls, judge.cuda)))
             if (s.err / s.mean < 0.001 or s.mean * s.runs > max_time
                     or time.perf_counter_ns() - wall_start > wall_limit):
                 break
-    problem = verify_times(calls, nulls, MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"])
-    if problem:
-        return problem
-    kept = ranked_calls(calls)
-    stats = result.stats = dataclasses.asdict(calculate_stats(ranked_times(kept, nulls, judge.cuda)))
-    on_time = [c.device_ns for c in kept if not c.early]
-    if not judge.cuda and on_time and stats["mean"] < 0.25 * sum(on_time) / len(on_time):
-        # an honest call's time on the judge's clock, less the null's overhead, is about what it reports
-        return (f"the submission's process reports its calls as taking {_fmt_ns(sum(on_time) / len(on_time))} each "
-                f"and the judge's clock, less the null submission's overhead, saw {_fmt_ns(stats['mean'])}: the "
-                f"report or the baseline cannot be trusted")
-    host = [c.host_ns for c in kept if math.isfinite(c.host_ns)]
-    stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
-    stats["floor"] = prep.floor_ns if prep.floor_ns is not None else float("nan")
-    stats["judge"] = sum(c.device_ns for c in kept) / len(kept) + overhead_gap(kept, nulls)
-    stats["early"] = sum(c.early for c in calls)
-    stats["stragglers"] = len(calls) - len(kept)
-    stats["late_holds"] = judge.worker.late_holds - late_holds
     return ""
 
 
@@ -2588,14 +2753,23 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
         pct = f"{100 * result['floor'] / result['mean']:.0f}%" if math.isfinite(result["floor"]) else "-"
         report.say(f"{i:>2}  {case.spec:52s} {_fmt_ns(result['mean']):>11s} {_fmt_ns(result['err']):>9s} "
                    f"{_fmt_ns(result['best']):>11s} {result['runs']:>5d} {host:>10s} {floor:>10s} {pct:>6s}")
+        timed = result["runs"] + result["stragglers"] + result["slowest"]
         if result["stragglers"]:
-            notes.append(f"case {i}: {result['stragglers']} of {result['runs'] + result['stragglers']} calls had not "
+            notes.append(f"case {i}: {result['stragglers']} of {timed} calls had not "
                          f"returned {RETURN_WAIT_S * 1e3:g} ms after they were made while the others had (a stall of "
                          f"the host): left out of the ranked statistics, checked")
         elif result["early"]:
-            notes.append(f"case {i}: {result['early']} of {result['runs']} calls had not returned "
+            notes.append(f"case {i}: {result['early']} of {timed} calls had not returned "
                          f"{RETURN_WAIT_S * 1e3:g} ms after they were made (custom_kernel waits on the GPU, or its "
                          f"host path is slower): those are timed on the judge's clock as they ran, host time included")
+        if result["lifted"] or result["above"]:
+            notes.append(f"case {i}: of {timed} calls, {result['lifted']} reported more than {CALL_BANDS} bands under "
+                         f"the judge's clock were ranked at that bound, {result['above']} reported more than "
+                         f"{CALL_BANDS} bands over it (a stall the judge's clock did not see) on the judge's clock")
+        if result["retimed"]:
+            notes.append(f"case {i}: its reports lay under the judge's clock by more than the band, so it was timed "
+                         f"again on fresh processes; over both timings, {_fmt_ns(result['gap'])} (the band "
+                         f"{_fmt_ns(result['band'])})")
         if result["late_holds"]:
             notes.append(f"case {i}: in {result['late_holds']} calls the one-block hold did not run within "
                          f"{HOLD_SWAP_WAIT_S * 1e3:g} ms of the full-SM hold's release (kernels of the submission's on "
@@ -2608,10 +2782,11 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
         return Outcome(False, [*notes, "\nno case could run on this machine: no score"])
     geo = math.exp(sum(math.log(m) for m in means) / len(means))
     best = math.exp(sum(math.log(b) for b in bests) / len(bests))
+    band = BANDS["cuda" if judge.cuda else "cpu"]
     summary = [*notes, f"\ngeometric mean of the means (ranking score): {_fmt_ns(geo)}",
                f"geometric mean of the best calls (not ranked): {_fmt_ns(best)}",
-               f"every case's times agree with the judge's clock (margin max("
-               f"{_fmt_ns(MARGIN_ABS_NS['cuda' if judge.cuda else 'cpu'])}, {MARGIN_REL:.0%}))"]
+               f"every case's times agree with the judge's clock (band {_fmt_ns(band.abs_ns)} + {band.rel:.0%} of "
+               f"the report); the slowest {SLOWEST_SHARE:.0%} of each case's calls (one at least) left out"]
     return Outcome(True, summary)
 
 
@@ -2689,6 +2864,7 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
         if not good:
             return f"{name}: {message}", {}
     calls = {name: [] for name in sides}
+    band = COMPARE_BANDS["cuda" if judge.cuda else "cpu"]
     mimic = {name: _warm_up(judge, w, prep, clock.deadline) for name, w in sides.items()}
     nulls = {name: [] for name in sides}
     for k in range(NULL_CALIBRATION):
@@ -2705,17 +2881,16 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
         for name in nulls_after:
             _periodic_null(judge, prep, clock.deadline, calls[name], nulls[name])
         if i + 1 >= MIN_RUNS:
-            _, se = _log_ratio(ranked_times(calls["A"], nulls["A"], judge.cuda),
-                               ranked_times(calls["B"], nulls["B"], judge.cuda))
+            _, se = _log_ratio(ranked_times(calls["A"], nulls["A"], judge.cuda, band),
+                               ranked_times(calls["B"], nulls["B"], judge.cuda, band))
             if se < 0.001 or time.perf_counter_ns() - wall_start > wall_limit:
                 break
-    margin = COMPARE_MARGIN_FACTOR * MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"]
     for name in sides:
-        problem = verify_times(calls[name], nulls[name], margin)
+        problem = verify_times(calls[name], nulls[name], band)
         if problem:
             return f"{name}: {problem}", {}
     keep = kept_calls([a.early or b.early for a, b in zip(calls["A"], calls["B"])])  # stragglers, by pair
-    ranked = {name: [t for t, k in zip(ranked_times(calls[name], nulls[name], judge.cuda), keep) if k]
+    ranked = {name: [t for t, k in zip(ranked_times(calls[name], nulls[name], judge.cuda, band), keep) if k]
               for name in sides}
     log_mean, log_se = _log_ratio(ranked["A"], ranked["B"])
     return "", {"A": sum(ranked["A"]) / len(ranked["A"]), "B": sum(ranked["B"]) / len(ranked["B"]),
@@ -2818,7 +2993,8 @@ def write_json(path: str, args, judge: Judge, report: Report, outcome: Outcome, 
     results = {"mode": args.mode, "problem": str(Path(args.problem).resolve()), "ok": outcome.ok,
                "device": judge.describe(), "torch": judge.torch.__version__, "triton": triton_version(),
                "python": sys.version.split()[0], "seed": seed, "worker": judge.worker.confinement,
-               "margin": {"abs_ns": MARGIN_ABS_NS["cuda" if judge.cuda else "cpu"], "rel": MARGIN_REL},
+               "band": dataclasses.asdict((COMPARE_BANDS if args.mode == "compare" else BANDS)[
+                   "cuda" if judge.cuda else "cpu"]), "call_bands": CALL_BANDS, "slowest_share": SLOWEST_SHARE,
                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cases": report.cases,
                "summary": [line.strip() for line in outcome.summary]}
     Path(path).write_text(json.dumps(results, indent=1, default=str))

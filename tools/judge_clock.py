@@ -4,7 +4,7 @@
     python tools/judge_clock.py RUN.json [RUN.json ...] [--write FILE.md]
 
 For each timed case: the reported mean (the ranked number), the gap between the judge's clock and the
-report beyond the protocol's own overhead (what eval.py compares with its margin), the overhead of the
+report beyond the protocol's own overhead (what eval.py compares with its band), the overhead of the
 submission's calls and of the null submission's (median, and the spread per call), and the calls
 released before they returned. A file may hold one run, or several under their names. First, per
 problem and mode, each run's score (the geometric mean of its case means), how far the runs lie apart,
@@ -73,10 +73,10 @@ def report(paths: list[str]) -> str:
     runs = [named for path in paths for named in runs_in(path)]
     lines = summary(runs)
     for name, run in runs:
-        margin = run.get("margin", {})
+        band = run.get("band", {})
         lines += [f"## {name}: {run['mode']}, {'pass' if run['ok'] else 'FAIL'}",
-                  "", f"{run['date']}; {run['device']}; python {run.get('python')}; margin max("
-                  f"{margin.get('abs_ns', 0) / 1e3:g} us, {margin.get('rel', 0):.0%})", "",
+                  "", f"{run['date']}; {run['device']}; python {run.get('python')}; band "
+                  f"{band.get('abs_ns', 0) / 1e3:g} us + {band.get('rel', 0):.0%}", "",
                   "| case | status | reported mean us | gap us | overhead us (median ± sd) | null overhead us | "
                   "calls / nulls | released early |", "|---|---|---|---|---|---|---|---|"]
         lines += [case_row(c) for c in run["cases"] if c.get("calls")]

@@ -188,7 +188,7 @@ class FlagHold:
 
         self.driver.launch(self.fn, *(shape or self.shape), torch.cuda.current_stream().cuda_stream,
                            [ctypes.c_uint64(self.dev + self.release_at), ctypes.c_uint32(target),
-                            ctypes.c_uint64(10_000_000_000), ctypes.c_uint64(announce)])
+                            ctypes.c_uint64(10_000_000_000), ctypes.c_uint64(announce), ctypes.c_uint64(0)])
 
     def two_phase_gpu_us(self, fn, before_release) -> float:
         """eval.py's two holds: the full hold, then a one-block hold, then the call. The full hold lets go;

@@ -3,6 +3,7 @@ malformed definitions, bad submissions, and the hostile set in tests/submissions
 with a message naming what was caught, or be measured honestly); then unit tests of the judge's pieces."""
 import base64
 import os
+import random
 import re
 import select
 import shutil
@@ -114,10 +115,11 @@ def three_cases(tmp_path_factory):
 
 def run_eval(problem, mode, submission="honest_bf16", extra=(), popcorn=False, env=None, timeout=300,
              at_last_line=None):
-    """Runs eval.py; returns (exit code, stdout, stderr, POPCORN_FD lines as a dict, and as a list).
+    """Runs eval.py; returns (exit code, stdout, stderr, POPCORN_FD lines as a dict, and as a list). submission: a
+    file's name in the problem folder, or a Path.
     at_last_line: called once the judge has closed POPCORN_FD (its last result line), while it may still run."""
-    cmd = [sys.executable, str(ROOT / "eval.py"), mode, *extra, "--problem", str(problem),
-           "--submission", str(problem / f"{submission}.py")]
+    path = submission if isinstance(submission, Path) else problem / f"{submission}.py"
+    cmd = [sys.executable, str(ROOT / "eval.py"), mode, *extra, "--problem", str(problem), "--submission", str(path)]
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")}, **(env or {})}
     fds, read_fd = (), None
     if popcorn:
@@ -555,6 +557,17 @@ def test_a_time_faked_inside_the_cpus_margin_gains_nothing(problem, one_case, ho
         assert float(log["benchmark.0.mean"]) >= 0.7 * float(honest["benchmark.0.mean"]) + 0.7 * extra_ns, out + err
 
 
+def test_one_stalled_call_moves_the_cpus_ranking_by_nothing(problem, one_case, honest_leaderboard):
+    """One call stalled 0.3 s on the host (stalls_one_call, on the CPU) would add 3 ms to a mean of 100 calls
+    (several times the CPU's run-to-run spread); the slowest 1 % of a case's calls are left out."""
+    if CUDA:
+        pytest.skip("the CPU path; on a GPU, test_the_shipped_fast_path_cannot_shade_its_ranked_time")
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission="stalls_one_call", extra=[one_case],
+                                      popcorn=True)
+    assert code == 0 and int(log["benchmark.0.slowest"]) >= 1, out + err
+    assert float(log["benchmark.0.mean"]) < float(honest_leaderboard["benchmark.0.mean"]) + 1e6, out + err
+
+
 @pytest.mark.parametrize("mode", ["test", "leaderboard"])
 def test_an_output_finished_after_the_call_returned_fails(problem, one_case, mode):
     code, out, err, log, _ = run_eval(problem, mode, submission="fakes_output_from_a_thread", extra=[one_case],
@@ -729,8 +742,9 @@ def test_the_timing_loop_ends_on_what_is_ranked_not_on_a_report(problem, one_cas
                                       extra=[one_case], popcorn=True)
     if code == 112:  # its report of 31 s is far from what the judge's clock saw
         assert "cannot be trusted" in log["benchmark.0.error"], out + err
-    else:  # or it ran the whole loop
-        assert code == 0 and int(log["benchmark.0.runs"]) == harness.RANKED_MAX_REPEATS, out + err
+    else:  # or it ran the whole loop (its slowest calls left out of the statistics)
+        runs = int(log["benchmark.0.runs"]) + int(log["benchmark.0.slowest"])
+        assert code == 0 and runs == harness.RANKED_MAX_REPEATS, out + err
 
 
 def test_an_answer_sent_ahead_of_its_call_fails(problem, one_case):
@@ -838,6 +852,65 @@ def test_gpu_time_faked_in_the_submissions_process_gains_nothing(problem, one_ca
         assert float(log["benchmark.0.mean"]) >= 0.85 * TRUE_WORK_NS.get(submission, 0.2e6), out + err
 
 
+# The shipped fast paths on their shortest benchmark cases, where a report could once take most of a call off.
+KITS = {"mla": (ROOT, "batchsize: 4; qseqlen: 1; kvseqlen: 1024; seed: 4217\n"
+                      "batchsize: 32; qseqlen: 1; kvseqlen: 1024; seed: 5412\n"),
+        "paged": (ROOT / "problems" / "paged_mqa_logits", "batch: 256; next_n: 1; context: 1024; random: 1; seed: 5001\n")}
+
+
+@pytest.fixture(scope="module")
+def shipped_runs(tmp_path_factory):
+    """Per kit: its short cases' tests file and the shipped submission's leaderboard means (ns) on them."""
+    runs = {}
+    for kit, (problem, cases) in KITS.items():
+        tests = tmp_path_factory.mktemp("cases") / f"{kit}.txt"
+        tests.write_text(cases)
+        code, out, err, log, _ = run_eval(problem, "leaderboard", submission=problem / "submission.py",
+                                          extra=[str(tests)], popcorn=True)
+        assert code == 0, out + err
+        runs[kit] = (tests, [float(log[f"benchmark.{i}.mean"]) for i in range(int(log["benchmark-count"]))])
+    return runs
+
+
+@pytest.mark.skipif(not CUDA, reason="needs a GPU")
+@pytest.mark.parametrize("kit", list(KITS))
+@pytest.mark.parametrize("hostile,expect", [
+    ("forges_short_reports", "fails"),
+    ("records_the_staged_event_early", "fails"),
+    ("shaves_its_reports", "within the band"),
+    ("reports_a_stalled_call", "as honest"),
+    ("stalls_one_call", "as honest"),
+])
+def test_the_shipped_fast_path_cannot_shade_its_ranked_time(request, shipped_runs, tmp_path, kit, hostile, expect):
+    """The hostile appended to the shipped submission, in leaderboard mode, against the shipped submission's own
+    run: a forged report fails the run (a quarter reported passes on MLA 4 x 1024, where the band cannot see
+    it, and fails on 32 x 1024: docs/judge.md, "The band"), or is ranked within max(1 us, 5 %) of honest; a
+    shave under the band gains no more than the band; a stall of one call, on either clock, moves the mean by
+    a few per cent at most (1 % by rule; the rest is two runs' spread)."""
+    if (kit, hostile) == ("mla", "records_the_staged_event_early"):
+        request.applymarker(pytest.mark.xfail(strict=True, reason="open: the staged event recorded early hides a "
+                                              "call shorter than the GPU's switch to the judge (docs/judge.md)"))
+    problem, _ = KITS[kit]
+    tests, honest = shipped_runs[kit]
+    submission = tmp_path / "submission.py"
+    submission.write_text((problem / "submission.py").read_text() + "\n\n" + (SUBMISSIONS / f"{hostile}.py").read_text())
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission=submission, extra=[str(tests)], popcorn=True)
+    print(f"{kit} {hostile}: exit {code}, means {[log.get(f'benchmark.{i}.mean') for i in range(len(honest))]} "
+          f"(shipped {honest}), {[log.get(f'benchmark.{i}.error', '')[:160] for i in range(len(honest))]}")
+    if expect == "fails" and code == 112:  # on the band, the memory floor or its output (the staged event early)
+        assert log["check"] == "fail" and any(log.get(f"benchmark.{i}.error") for i in range(len(honest))), out + err
+        return
+    assert code == 0, out + err
+    means = [float(log[f"benchmark.{i}.mean"]) for i in range(len(honest))]
+    for mean, base in zip(means, honest):
+        if expect == "fails":
+            assert mean >= base - max(1e3, 0.05 * base), out
+        elif expect == "within the band":
+            assert mean >= base - harness.BANDS["cuda"].at(base), out
+        else:
+            assert abs(mean / base - 1) < 0.03, out
+
+
 @pytest.fixture(scope="module")
 def l2_sized_case(tmp_path_factory):
     """A case whose fp8 cache (19 MB) fits in the H200's 60 MB L2: what a copy-engine head start could warm."""
@@ -919,16 +992,19 @@ def _calls(device, overhead):
     return [harness.TimedCall(d, d + o, 0.0, False) for d, o in zip(device, overhead)]
 
 
+GPU_BAND = harness.BANDS["cuda"]
+
+
 def test_verify_times_passes_honest_calls_and_rare_hiccups():
     nulls = _calls([2e3] * 40, [100e3 + 3e3 * (i % 5) for i in range(40)])
     honest = _calls([300e3] * 100, [100e3 + 3e3 * (i % 7) for i in range(100)])
-    assert harness.verify_times(honest, nulls, 20e3) == ""
+    assert harness.verify_times(honest, nulls, GPU_BAND) == ""
     hiccups = _calls([300e3] * 100, [100e3 + (5e6 if i % 25 == 0 else 0) for i in range(100)])  # 4 %
-    assert harness.verify_times(hiccups, nulls, 20e3) == ""
+    assert harness.verify_times(hiccups, nulls, GPU_BAND) == ""
     # one call released late on a host hiccup, timed on the host clock against nulls of its kind
     late = honest[:-1] + [harness.TimedCall(300e3, 100e6, 0.0, True)]
     early_nulls = nulls + [harness.TimedCall(2e3, 400e3, 0.0, True)] * 10
-    assert harness.verify_times(late, early_nulls, 20e3) == ""
+    assert harness.verify_times(late, early_nulls, GPU_BAND) == ""
 
 
 @pytest.mark.parametrize("fraction,factor", [(1.0, 0.7), (0.3, 0.1), (1.0, 0.0)])
@@ -937,7 +1013,84 @@ def test_verify_times_fails_reported_times_under_the_judges_clock(fraction, fact
     true = [300e3] * 100
     faked = [t * factor if i < fraction * len(true) else t for i, t in enumerate(true)]
     calls = [harness.TimedCall(f, t + 100e3, 0.0, False) for f, t in zip(faked, true)]
-    assert "below what the judge's clock allows" in harness.verify_times(calls, nulls, 20e3)
+    assert "below what the judge's clock allows" in harness.verify_times(calls, nulls, GPU_BAND)
+
+
+def _h200_case(true_ns, reported, n=100, gap_ns=1.5e3, seed=0):
+    """Calls and nulls shaped as the H200 measured them (docs/judge_resolution_h200.md): the protocol's overhead
+    ~512 us a call with a spread of ~1.2 us, the honest call's overhead above the null's by gap_ns."""
+    rng = random.Random(seed)
+    nulls = [harness.TimedCall(true_ns, true_ns + 512e3 + rng.gauss(0, 1.2e3), 0.0, False) for _ in range(35)]
+    calls = []
+    for i in range(n):
+        t = true_ns + rng.gauss(0, 0.05e3)
+        calls.append(harness.TimedCall(reported(i, t), t + 512e3 + gap_ns + rng.gauss(0, 1.2e3), 0.0, False))
+    return calls, nulls
+
+
+def _ranked_mean(calls, nulls):
+    times = harness.without_slowest(harness.ranked_times(calls, nulls, cuda=True))
+    return sum(times) / len(times)
+
+
+@pytest.mark.parametrize("forged", ["quarter", "floor"])
+def test_a_report_forged_on_a_short_call_fails_inside_the_old_margin(forged):
+    """The forged short-call reports that won leaderboard mode on the H200 (4 x 1024, 10.8 us a call: reported
+    as a quarter of it, or as 1.05 x its memory floor, 0.3 us): under the old margin, max(20 us, 15 %), the
+    gap (8-10.5 us) passed; the band measured for the judge's clock fails it."""
+    report = {"quarter": lambda i, t: t / 4, "floor": lambda i, t: 0.3e3}[forged]
+    calls, nulls = _h200_case(10.8e3, report)
+    gap = harness.overhead_gap(calls, nulls)
+    assert gap < max(20e3, 0.15 * 10.8e3)  # what eval.py allowed before the band was measured
+    assert "below what the judge's clock allows" in harness.verify_times(calls, nulls, GPU_BAND)
+    honest, honest_nulls = _h200_case(10.8e3, lambda i, t: t)
+    assert harness.verify_times(honest, honest_nulls, GPU_BAND) == ""
+    # timed again on fresh processes, the case is judged on the mean of both timings: a luckier draw of
+    # processes (a null whose switches ran 4 us slower) is not a second chance
+    luckier, luckier_nulls = _h200_case(10.8e3, report, gap_ns=-4e3, seed=1)
+    if forged == "quarter":
+        assert harness.verify_times(luckier, luckier_nulls, GPU_BAND) == ""  # alone, it would pass
+    assert "2 timings" in harness.verify_times(luckier, luckier_nulls, GPU_BAND, [harness.timing_gap(calls, nulls)])
+    assert harness.verify_times(honest, honest_nulls, GPU_BAND, [(10.8e3, GPU_BAND.at(10.8e3) + 3e3)]) == ""
+
+
+def test_a_report_inside_the_band_gains_at_most_the_band():
+    """What the judge cannot see: a report shaved by less than the band passes, and its gain is bounded by the
+    band at its time (the per-case bounds in docs/judge.md)."""
+    for true_ns in (10.8e3, 50e3, 300e3):
+        honest = _ranked_mean(*_h200_case(true_ns, lambda i, t: t))
+        shave = (GPU_BAND.at(true_ns) - 3e3) / (1 + GPU_BAND.rel)  # inside: the gap is shave + 1.5 us
+        calls, nulls = _h200_case(true_ns, lambda i, t: t - shave)
+        assert harness.verify_times(calls, nulls, GPU_BAND) == ""
+        assert honest - _ranked_mean(calls, nulls) <= GPU_BAND.at(true_ns)
+
+
+def test_a_report_inflated_above_the_judges_clock_is_ranked_on_it():
+    """A stall of the worker's events that the judge's clock did not see (kernelbot's run on the H200: one call
+    of 100 at 32 x 1024 reported 2.32 ms, the judge's clock ~17.7 us): ranked on the judge's clock, and the
+    case's mean moves by under 1 %; under the old rule it moved 11 %."""
+    honest_calls, nulls = _h200_case(16.2e3, lambda i, t: t)
+    stalled = [harness.TimedCall(2.32e6 if i == 37 else c.device_ns, c.judge_ns, 0.0, False)
+               for i, c in enumerate(honest_calls)]
+    how = harness.rank_calls(stalled, nulls, cuda=True)
+    assert how[37][1] == "judge" and abs(how[37][0] - 16.2e3) < 10e3
+    assert [h for i, (_, h) in enumerate(how) if i != 37] == ["report"] * 99
+    assert abs(_ranked_mean(stalled, nulls) / _ranked_mean(honest_calls, nulls) - 1) < 0.01
+    old_mean = sum(c.device_ns for c in stalled) / len(stalled)  # the report, ranked as it was
+    assert old_mean / _ranked_mean(honest_calls, nulls) > 1.1
+
+
+@pytest.mark.parametrize("clock", ["both", "judge"])
+def test_one_stalled_call_in_a_hundred_moves_the_mean_by_under_one_percent(clock):
+    """A call stalled for milliseconds on both clocks (the GPU taken by another context mid-call) or on the
+    judge's alone (the judge descheduled): the slowest 1 % of a case's calls are left out."""
+    honest_calls, nulls = _h200_case(16.2e3, lambda i, t: t)
+    stalled = [harness.TimedCall(c.device_ns + (3e6 if i == 50 and clock == "both" else 0), c.judge_ns
+                                 + (3e6 if i == 50 else 0), 0.0, False) for i, c in enumerate(honest_calls)]
+    assert abs(_ranked_mean(stalled, nulls) / _ranked_mean(honest_calls, nulls) - 1) < 0.01
+    assert harness.without_slowest([1.0] * 199 + [5.0]) == [1.0] * 198  # 1 % of 200
+    assert harness.without_slowest([1.0] * 9 + [5.0]) == [1.0] * 9  # one at least
+    assert harness.without_slowest([3.0]) == [3.0]
 
 
 def test_a_call_released_before_it_returned_is_ranked_on_the_judges_clock():
@@ -946,20 +1099,20 @@ def test_a_call_released_before_it_returned_is_ranked_on_the_judges_clock():
     honest_early = harness.TimedCall(2e6, 2.5e6, 0.0, True)  # the judge saw 2.5 ms - 0.4 ms of protocol
     faked_early = harness.TimedCall(0.2e6, 2.5e6, 0.0, True)  # claims a tenth of the same call
     assert harness.ranked_times([on_time, honest_early, faked_early], nulls, cuda=True) == [300e3, 2.1e6, 2.1e6]
-    assert harness.verify_times([honest_early, faked_early], nulls, 20e3) == ""  # no report to check
+    assert harness.verify_times([honest_early, faked_early], nulls, GPU_BAND) == ""  # no report to check
     # without a null baseline for that path, the judge's whole clock: never the report
     assert harness.ranked_times([faked_early], nulls[:10], cuda=True) == [2.5e6]
 
 
 def test_a_call_cannot_hide_work_among_the_residuals_the_check_leaves_out():
     """verify_times leaves out a case's largest residuals; a call among them (here every 20th hides 150 ms)
-    is still ranked at what the judge's clock saw of it, less a few margins, on a GPU; on the CPU every call
-    is ranked on the judge's clock, so a report can take nothing off (not even the CPU's wide margin)."""
+    is still ranked at what the judge's clock saw of it, less a few bands, on a GPU; on the CPU every call
+    is ranked on the judge's clock, so a report can take nothing off (not even the CPU's wide band)."""
     nulls = _calls([2e3] * 40, [100e3] * 40)  # the protocol's overhead: 100 us
     calls = [harness.TimedCall(300e3, 400e3 + (150e6 if i % 20 == 0 else 0), 0.0, False) for i in range(100)]
-    assert harness.verify_times(calls, nulls, 20e3) == ""  # the trimmed check cannot see them
+    assert harness.verify_times(calls, nulls, GPU_BAND) == ""  # the trimmed check cannot see them
     gpu = harness.ranked_times(calls, nulls, cuda=True)
-    assert gpu[1] == 300e3 and gpu[0] == pytest.approx(150e6 + 300e3 - harness.CALL_MARGINS * 45e3)  # 15 % of 300 us
+    assert gpu[1] == 300e3 and gpu[0] == pytest.approx(150e6 + 300e3 - harness.CALL_BANDS * GPU_BAND.at(300e3))
     tiny = [harness.TimedCall(1.0, 400e3, 0.0, False)] * 10  # 300 us of work reported as 1 ns
     assert harness.ranked_times(tiny, nulls, cuda=False) == [300e3] * 10
 

@@ -1,6 +1,7 @@
 """Hostile: leaves code where a worker's next start would run it before the worker has confined itself
 (an eval.py in its sandbox, where workers once started from; sitecustomize / usercustomize and a .pth
-file on the paths a fresh Python reads from its home and working folder), then makes the judge start a
+file on the paths a fresh Python reads from its home and working folder; a typing_extensions.py in its
+sandbox, which torch imports as a worker sets itself up), then makes the judge start a
 new worker (restarts_its_worker). Planted code that runs writes a marker; the new worker answers right
 only if none did. The judge starts every worker from a sealed copy of its own code, with no folder the
 worker can write on sys.path at start-up."""
@@ -25,6 +26,7 @@ def _plant():
         for name in ("sitecustomize.py", "usercustomize.py"):
             (folder / name).write_text(PLANT)
     (user_site / "planted.pth").write_text(f"import os; {PLANT}")
+    (SANDBOX / "typing_extensions.py").write_text(PLANT)
 
 
 if arm():
