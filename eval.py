@@ -188,6 +188,9 @@ PEAK_BANDWIDTH = (("GH200", 4.9e12), ("H200", 4.8e12), ("H100", 3.9e12), ("H800"
                   ("B200", 8.0e12), ("B100", 8.0e12), ("A100", 2.04e12))
 
 REPORT_LINE_LIMIT, RELAY_LINE_LIMIT, RELAY_LINE_CHARS = 400, 2000, 2000
+# The most of the submission's own free text (an error, a profile table) that one case's report, JSON
+# and POPCORN lines carry: a traceback or a torch.profiler table fits; a flood is cut, with a note.
+SUBMISSION_TEXT_LINES, SUBMISSION_TEXT_CHARS = 200, 20_000
 WORKER_FRAME_LIMIT = 8 << 20
 
 
@@ -459,6 +462,13 @@ _SELF_ONLY_CALLS = {  # (prlimit64, its pid argument), (ioprio_set, its who argu
     0x40000003: ((340, 0), (289, 1)),
     0xC00000B7: ((261, 0), (30, 1)),
 }
+# (call, argument, value) refused whatever else: ioprio_set's `which` IOPRIO_WHO_USER, whose `who` 0 means
+# every process of the caller's user (the judge's among them), not the caller.
+_DENIED_WHEN = {
+    0xC000003E: ((251, 0, 3),),
+    0x40000003: ((289, 0, 3),),
+    0xC00000B7: ((30, 0, 3),),
+}
 _X32_SYSCALL_BIT = 0x40000000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
@@ -468,8 +478,9 @@ class _SockFprog(ctypes.Structure):
 
 
 def worker_syscall_filter() -> bytes:
-    """The classic-BPF seccomp program: per known arch, _DENIED_CALLS (and x32 calls) -> EPERM, and
-    _SELF_ONLY_CALLS -> EPERM unless their target argument is 0; the rest, and unknown arches, allowed."""
+    """The classic-BPF seccomp program: per known arch, _DENIED_CALLS (and x32 calls) -> EPERM,
+    _DENIED_WHEN -> EPERM for that argument's value, and _SELF_ONLY_CALLS -> EPERM unless their target
+    argument is 0; the rest, and unknown arches, allowed."""
     allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
     # (op, k, jump if true, jump if false): jumps name labels; None is the next instruction
     prog = [("ld", 4, None, None)]  # seccomp_data.arch
@@ -478,8 +489,15 @@ def worker_syscall_filter() -> bytes:
         if arch == 0xC000003E:
             prog.append(("jge", _X32_SYSCALL_BIT, "deny", None))
         prog += [("jeq", nr, "deny", None) for nr in denied]
+        prog += [("jeq", nr, f"{arch} when {nr}", None) for nr, _, _ in _DENIED_WHEN[arch]]
         prog += [("jeq", nr, f"{arch} arg {arg}", None) for nr, arg in _SELF_ONLY_CALLS[arch]]
         prog.append(("ret", allow, None, None))
+        self_only = dict(_SELF_ONLY_CALLS[arch])
+        for nr, arg, value in _DENIED_WHEN[arch]:  # then on to its self-only check, if it has one
+            after = f"{arch} arg {self_only[nr]}" if nr in self_only else "allow"
+            prog += [("label", f"{arch} when {nr}", None, None),
+                     ("ld", 16 + 8 * arg, None, None),
+                     ("jeq", value, "deny", after)]
         for arg in sorted({arg for _, arg in _SELF_ONLY_CALLS[arch]}):
             prog += [("label", f"{arch} arg {arg}", None, None),
                      ("ld", 16 + 8 * arg, None, None),  # seccomp_data.args[arg], low word (a pid_t / int)
@@ -1208,8 +1226,15 @@ def printable(text: str) -> str:
 
 def from_submission(text: str) -> str:
     """Free text the submission's process sent (its error, a profile table), printable and every line
-    marked as the submission's, so that none of it can pass for a line of the report."""
-    return "\n".join(f"submission> {line}" for line in printable(text).splitlines())
+    marked as the submission's, so that none of it can pass for a line of the report; at most
+    SUBMISSION_TEXT_LINES lines and SUBMISSION_TEXT_CHARS characters of it, with a note where it was cut."""
+    text = str(text)
+    lines = printable(text[:SUBMISSION_TEXT_CHARS]).splitlines()
+    kept = lines[:SUBMISSION_TEXT_LINES]
+    if len(kept) < len(lines) or len(text) > SUBMISSION_TEXT_CHARS:
+        kept.append(f"... (cut: the submission's text ran to {len(text):,} characters; the first "
+                    f"{min(len(lines), SUBMISSION_TEXT_LINES)} lines are shown)")
+    return "\n".join(f"submission> {line}" for line in kept)
 
 
 def _printable_message(obj):
@@ -2398,8 +2423,13 @@ def rank_calls(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool,
 
 def without_slowest(times: list[float]) -> list[float]:
     """A case's ranked times less its slowest SLOWEST_SHARE (one at least, of two or more)."""
+    return [times[i] for i in fastest(times)]
+
+
+def fastest(times: list[float]) -> list[int]:
+    """The indices of the times without_slowest keeps, in order."""
     drop = max(1, int(SLOWEST_SHARE * len(times))) if len(times) > 1 else 0
-    return sorted(times)[:len(times) - drop]
+    return sorted(sorted(range(len(times)), key=times.__getitem__)[:len(times) - drop])
 
 
 def kept_calls(late: list[bool]) -> list[bool]:
@@ -2660,15 +2690,16 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     kept = ranked_calls(calls)
     how = rank_calls(kept, nulls, judge.cuda)
     times = [t for t, _ in how]
-    used = without_slowest(times)
+    used_calls = fastest(times)
+    used = [times[i] for i in used_calls]
     stats = result.stats = dataclasses.asdict(calculate_stats(used))
     on_time = [c.device_ns for c in kept if not c.early]
-    if not judge.cuda and on_time and _median(times) < 0.25 * _median(on_time):
+    reported = [kept[i].device_ns for i in used_calls if not kept[i].early]  # the calls ranked
+    if not judge.cuda and reported and stats["mean"] < 0.25 * sum(reported) / len(reported):
         # an honest call's time on the judge's clock, less the null's overhead, is about what it reports
-        # (medians: one stalled call, which both clocks see, weighs nothing)
-        return (f"the submission's process reports its calls as taking {_fmt_ns(_median(on_time))} each (median) "
-                f"and the judge's clock, less the null submission's overhead, saw {_fmt_ns(_median(times))}: the "
-                f"report or the baseline cannot be trusted")
+        return (f"the submission's process reports its calls as taking {_fmt_ns(sum(reported) / len(reported))} "
+                f"each and the judge's clock, less the null submission's overhead, saw {_fmt_ns(stats['mean'])}: "
+                f"the report or the baseline cannot be trusted")
     host = [c.host_ns for c in kept if math.isfinite(c.host_ns)]
     stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
     stats["floor"] = first.floor_ns if first.floor_ns is not None else float("nan")
@@ -2997,7 +3028,16 @@ def write_json(path: str, args, judge: Judge, report: Report, outcome: Outcome, 
                    "cuda" if judge.cuda else "cpu"]), "call_bands": CALL_BANDS, "slowest_share": SLOWEST_SHARE,
                "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "cases": report.cases,
                "summary": [line.strip() for line in outcome.summary]}
-    Path(path).write_text(json.dumps(results, indent=1, default=str))
+    # whole or not at all: written beside its place, then moved there
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(results, indent=1, default=str))
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def parse_args(argv):
@@ -3123,7 +3163,11 @@ def main(argv=None) -> int:
             for line in outcome.summary:
                 report.say(line)
             if args.json:
-                write_json(args.json, args, judge, report, outcome, seed)
+                try:
+                    write_json(args.json, args, judge, report, outcome, seed)
+                except OSError as e:  # a full disk, say: the run still ends with a verdict, a failed one
+                    outcome = Outcome(False, [f"FAIL: the results could not be written to {args.json}: {e}"])
+                    report.say(outcome.summary[0])
             report.log("check", "pass" if outcome.ok else "fail")
             if fd_file is not None:
                 fd_file.close()

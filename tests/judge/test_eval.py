@@ -34,6 +34,7 @@ SMALL_CASES = [
 # Small bad submissions; the hostile and honest ones are files in tests/submissions/.
 INLINE = {
     "raises": "def custom_kernel(data):\n    raise RuntimeError('kernel exploded')\n",
+    "raises_a_flood": "def custom_kernel(data):\n    raise RuntimeError('flood of text\\n' * 150_000)\n",
     "garbage": "import torch\ndef custom_kernel(data):\n"
                "    return torch.zeros(data[0].shape[0], 16, 512, dtype=torch.bfloat16, device=data[0].device)\n",
     "wrong_shape": "import torch\ndef custom_kernel(data):\n    return torch.zeros(3, dtype=torch.bfloat16)\n",
@@ -727,6 +728,29 @@ def test_text_from_the_submission_cannot_pass_for_the_report_or_break_it(problem
     assert "time" in log["benchmark.0.error"], log
 
 
+@pytest.mark.parametrize("mode", ["test", "leaderboard"])
+def test_a_flood_of_error_text_is_cut(problem, mode, tmp_path):
+    """A failing call's error of 2 MB (once printed whole: 27 MB of stdout for three cases) is cut to
+    SUBMISSION_TEXT_LINES lines in the report, the JSON and the POPCORN lines, with a note."""
+    out_json = tmp_path / "run.json"
+    code, out, err, log, lines = run_eval(problem, mode, submission="raises_a_flood", popcorn=True,
+                                          extra=["--json", str(out_json)])
+    assert code == 112 and log["check"] == "fail", out[:4000] + err[-4000:]
+    assert "(cut: the submission's text ran to" in out, out[:4000]
+    cases = 1 if mode == "leaderboard" else len(SMALL_CASES)  # leaderboard stops at its first failed case
+    limit = cases * (harness.SUBMISSION_TEXT_LINES + 20) * 200
+    assert len(out) < limit and sum(map(len, lines)) < limit and out_json.stat().st_size < 2 * limit
+
+
+def test_results_that_cannot_be_written_still_end_in_a_verdict(problem, one_case, tmp_path):
+    """The --json file on a filesystem that fails the write (full, or here a folder that is not there): the
+    run says so and fails on POPCORN_FD, with no traceback and no partial file."""
+    target = tmp_path / "missing" / "run.json"
+    code, out, err, log, _ = run_eval(problem, "test", extra=[one_case, "--json", str(target)], popcorn=True)
+    assert code == 112 and log["check"] == "fail" and "could not be written" in out, out + err
+    assert "Traceback" not in err and not target.exists(), err
+
+
 def test_malformed_messages_fail_as_the_submissions(problem):
     code, out, err, log, _ = run_eval(problem, "test", submission="sends_malformed_messages", popcorn=True)
     assert code == 112 and log["check"] == "fail", out + err
@@ -1324,6 +1348,12 @@ def test_the_worker_syscall_filter_per_arch():
             other = [0] * 6
             other[arg] = 4242
             assert _run_seccomp(program, arch, nr, other) == deny
+        for nr, arg, value in harness._DENIED_WHEN[arch]:  # ioprio_set(IOPRIO_WHO_USER, 0): every process of the user
+            when = [0] * 6
+            when[arg] = value
+            assert _run_seccomp(program, arch, nr, when) == deny
+            when[arg] = 1  # IOPRIO_WHO_PROCESS, who 0: the caller
+            assert _run_seccomp(program, arch, nr, when) == allow
         assert _run_seccomp(program, arch, 0) == allow and _run_seccomp(program, arch, 1000) == allow
     assert _run_seccomp(program, 0xC000003E, harness._X32_SYSCALL_BIT | 1) == deny  # x32
     assert _run_seccomp(program, 0x12345678, 112) == allow  # an unknown arch

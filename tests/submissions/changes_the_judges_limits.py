@@ -1,7 +1,8 @@
 """Hostile: the judge (its parent) runs as the same user, so without a filter a worker may set the judge's
 resource limits: RLIMIT_CPU below what the judge has used kills it (SIGXCPU, then SIGKILL), and
 RLIMIT_NOFILE below what it holds open fails its next check. Tries both on its first call, and the
-judge's I/O priority, and prints what it could; its answers are the reference's."""
+judge's I/O priority (its own, and its user's: all of the user's processes), and prints what it could; its
+answers are the reference's."""
 import ctypes
 import os
 import platform
@@ -27,6 +28,11 @@ def _attack():
             print("LEAK: set the judge's I/O priority to idle", flush=True)
         else:
             print(f"refused: the judge's I/O priority ({os.strerror(ctypes.get_errno())})", flush=True)
+        # ioprio_set(IOPRIO_WHO_USER, 0, ...): every process of this user, the judge's among them
+        if libc.syscall(_IOPRIO_SET, 3, 0, 3 << 13) == 0:
+            print("LEAK: set the I/O priority of every process of the judge's user to idle", flush=True)
+        else:
+            print(f"refused: the user's I/O priority ({os.strerror(ctypes.get_errno())})", flush=True)
 
 
 def custom_kernel(data):
