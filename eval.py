@@ -1625,8 +1625,17 @@ class Sandbox:
             (self.dir / sub).mkdir()
             if not (under_ncu and var == "TMPDIR"):  # ncu's injection and its host share a temp dir
                 env[var] = str(self.dir / sub)
-        # The host's compile cache if it names one (the worker may write there), else the sandbox's.
-        if not env.get("TRITON_CACHE_DIR"):
+        # The host's compile cache if it names one (the worker may write there), else the sandbox's. The
+        # judge makes it first: Landlock can let the worker write only under a folder that exists, and a
+        # cache it may not create (a fresh runner's, a scratch path) would leave Triton failing and the
+        # submission on its slow path. A cache the judge cannot make either is replaced by the sandbox's.
+        cache = env.get("TRITON_CACHE_DIR")
+        if cache and os.path.isabs(cache):
+            try:
+                os.makedirs(cache, exist_ok=True)
+            except OSError:
+                cache = None
+        if not cache:
             env["TRITON_CACHE_DIR"] = str(self.dir / "cache" / "triton")
         env["PYTHONUNBUFFERED"] = "1"
         self.env = env

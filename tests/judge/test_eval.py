@@ -34,6 +34,11 @@ SMALL_CASES = [
 # Small bad submissions; the hostile and honest ones are files in tests/submissions/.
 INLINE = {
     "raises": "def custom_kernel(data):\n    raise RuntimeError('kernel exploded')\n",
+    "writes_its_compile_cache": "import os\nfrom reference import ref_kernel\n"
+                                "def custom_kernel(data):\n"
+                                "    with open(os.path.join(os.environ['TRITON_CACHE_DIR'], 'kernel.bin'), 'w') as f:\n"
+                                "        f.write('compiled')\n"
+                                "    return ref_kernel(data)\n",
     "raises_a_flood": "def custom_kernel(data):\n    raise RuntimeError('flood of text\\n' * 150_000)\n",
     "garbage": "import torch\ndef custom_kernel(data):\n"
                "    return torch.zeros(data[0].shape[0], 16, 512, dtype=torch.bfloat16, device=data[0].device)\n",
@@ -740,6 +745,17 @@ def test_a_flood_of_error_text_is_cut(problem, mode, tmp_path):
     cases = 1 if mode == "leaderboard" else len(SMALL_CASES)  # leaderboard stops at its first failed case
     limit = cases * (harness.SUBMISSION_TEXT_LINES + 20) * 200
     assert len(out) < limit and sum(map(len, lines)) < limit and out_json.stat().st_size < 2 * limit
+
+
+def test_a_compile_cache_named_but_not_made_yet_is_the_workers_to_write(problem, one_case, tmp_path):
+    """TRITON_CACHE_DIR naming a folder that does not exist yet (a fresh runner's cache): the worker, which may
+    write only under folders that exist, still writes its compiled kernels there (it once could not, and the
+    shipped submission fell back to the reference, ~100 times slower)."""
+    cache = tmp_path / "fresh" / "triton-cache"
+    code, out, err, log, _ = run_eval(problem, "test", submission="writes_its_compile_cache", extra=[one_case],
+                                      popcorn=True, env={"TRITON_CACHE_DIR": str(cache)})
+    assert code == 0 and log["check"] == "pass", out + err
+    assert (cache / "kernel.bin").read_text() == "compiled"
 
 
 def test_results_that_cannot_be_written_still_end_in_a_verdict(problem, one_case, tmp_path):
