@@ -2221,6 +2221,15 @@ class Judge:
     def _open_gate(self, seq: int) -> None:
         struct.pack_into("<i", self.gate_page, 0, seq)
 
+    def _take_output(self, worker: WorkerProcess):
+        """Queued on the judge's stream: once the worker's staged event has fired, a stamp, the judge's copy
+        of the result region (returned), and the last stamp."""
+        self.torch.cuda.current_stream().wait_event(worker.staged_event)
+        self._stamp("staged")
+        raw = worker.result.tensor.clone()
+        self._stamp("end")
+        return raw
+
     def timed(self, worker: WorkerProcess, prep: Prepared, deadline: float, mimic_ns: float = 0,
               null_early: bool = False) -> tuple[TimedCall, tuple]:
         """One call on the timed protocol. For the null worker: mimic_ns, how long its call takes, and
@@ -2276,10 +2285,7 @@ class Judge:
             self._release(worker, seq)
             self._stamp("released")
             if not early:
-                stream.wait_event(worker.staged_event)
-                self._stamp("staged")
-                raw = worker.result.tensor.clone()
-                self._stamp("end")
+                raw = self._take_output(worker)
         finally:
             self._open_gate(gate)
         t_start = now()  # a late call's clock (host): from the gate's opening, before its inputs exist
@@ -2290,10 +2296,7 @@ class Judge:
                 # its hands (the null's calls on this path measure the write, flush and release with it).
                 stream.synchronize()
                 enqueued = worker.receive("enqueued", deadline, poll=True)
-                stream.wait_event(worker.staged_event)
-                self._stamp("staged")
-                raw = worker.result.tensor.clone()
-                self._stamp("end")
+                raw = self._take_output(worker)
             done = worker.receive("done", deadline, poll=True)
         except CaseFailure:
             worker.release(seq)
@@ -2421,8 +2424,8 @@ def rank_calls(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool,
             ranked.append((c.device_ns if cuda else c.judge_ns, "report" if cuda else "judge"))
         elif not cuda:
             ranked.append((max(judged, 1.0), "judge"))
-        elif c.device_ns < judged - CALL_BANDS * band.at(c.device_ns):
-            ranked.append((judged - CALL_BANDS * band.at(c.device_ns), "lifted"))
+        elif c.device_ns < (lowest := judged - CALL_BANDS * band.at(c.device_ns)):
+            ranked.append((lowest, "lifted"))
         elif c.device_ns > judged + CALL_BANDS * band.at(judged):
             ranked.append((max(judged, 1.0), "judge"))
         else:
@@ -2465,22 +2468,34 @@ def timing_gap(calls: list[TimedCall], nulls: list[TimedCall]) -> tuple[float, f
     return sum(c.device_ns for c in calls) / len(calls), overhead_gap(calls, nulls)
 
 
+def mean_timing(timings: list) -> tuple[float, float] | None:
+    """(reported mean, gap) averaged over a case's timings (timing_gap of each; None ones left out)."""
+    timings = [t for t in timings if t is not None]
+    if not timings:
+        return None
+    return sum(t[0] for t in timings) / len(timings), sum(t[1] for t in timings) / len(timings)
+
+
 def verify_times(calls: list[TimedCall], nulls: list[TimedCall], band: Band, earlier: list = ()) -> str:
     """'' if the reported times agree with the judge's clock, else why not. Per call, the judge's clock
     minus the reported time is the protocol's overhead; the same protocol with the null submission says
     what that overhead is. A case whose overhead exceeds the null's by more than band.at(its reported mean)
     reported less time than its calls took. earlier: timing_gap of the case's earlier timings on other
     processes; what is checked is the mean over all of them (a process of slow switches weighs half)."""
-    timings = [*earlier, timing_gap(calls, nulls)]
-    timings = [t for t in timings if t is not None]
-    if not timings:
+    return check_timings([*earlier, timing_gap(calls, nulls)], band)
+
+
+def check_timings(timings: list, band: Band) -> str:
+    """verify_times over a case's timings (timing_gap of each)."""
+    mean = mean_timing(timings)
+    if mean is None:
         return ""
-    claimed = sum(t[0] for t in timings) / len(timings)
-    gap = sum(t[1] for t in timings) / len(timings)
+    claimed, gap = mean
     allowed = band.at(claimed)
     if gap <= allowed:
         return ""
-    over = f" (the mean of {len(timings)} timings, each on fresh processes)" if len(timings) > 1 else ""
+    n = sum(t is not None for t in timings)
+    over = f" (the mean of {n} timings, each on fresh processes)" if n > 1 else ""
     return (f"the times reported from the submission's process (mean {_fmt_ns(claimed)}) are below what the "
             f"judge's clock allows: its calls took {_fmt_ns(claimed + gap)} each by the judge's clock{over}, with "
             f"the judge's own overhead (measured on the same protocol with a null submission) taken out; the band "
@@ -2673,10 +2688,9 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     band = BANDS["cuda" if judge.cuda else "cpu"]
     case_start = time.monotonic()
     late_holds = judge.worker.late_holds
-    first, earlier = None, []
+    first, timings = None, []
     for attempt in range(1 + RETIMES):
         if attempt:
-            earlier.append(timing_gap(result.calls, result.nulls))
             judge.stop_workers()  # fresh processes, and so fresh CUDA contexts
             result.calls.clear()
             result.nulls.clear()
@@ -2690,7 +2704,8 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         problem = _timing_loop(judge, case, first, clock, share_left, ranked, result.calls, result.nulls)
         if problem:
             return problem
-        problem = verify_times(result.calls, result.nulls, band, earlier)
+        timings.append(timing_gap(result.calls, result.nulls))
+        problem = check_timings(timings, band)
         if not problem:
             break
     else:
@@ -2702,7 +2717,6 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     used_calls = fastest(times)
     used = [times[i] for i in used_calls]
     stats = result.stats = dataclasses.asdict(calculate_stats(used))
-    on_time = [c.device_ns for c in kept if not c.early]
     reported = [kept[i].device_ns for i in used_calls if not kept[i].early]  # the calls ranked
     if not judge.cuda and reported and stats["mean"] < 0.25 * sum(reported) / len(reported):
         # an honest call's time on the judge's clock, less the null's overhead, is about what it reports
@@ -2713,9 +2727,9 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
     stats["floor"] = first.floor_ns if first.floor_ns is not None else float("nan")
     stats["judge"] = sum(c.device_ns for c in kept) / len(kept) + overhead_gap(kept, nulls)
-    stats["band"] = band.at(sum(on_time) / len(on_time)) if on_time else float("nan")
-    gaps = [g for g in (*earlier, timing_gap(calls, nulls)) if g is not None]
-    stats["gap"] = sum(g[1] for g in gaps) / len(gaps) if gaps else float("nan")
+    claimed, gap = mean_timing(timings) or (math.nan, math.nan)  # what check_timings held to the band
+    stats["band"] = band.at(claimed) if math.isfinite(claimed) else math.nan
+    stats["gap"] = gap
     stats["early"] = sum(c.early for c in calls)
     stats["stragglers"] = len(calls) - len(kept)
     stats["slowest"] = len(times) - len(used)
