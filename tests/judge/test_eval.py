@@ -937,8 +937,11 @@ def test_the_shipped_fast_path_cannot_shade_its_ranked_time(request, shipped_run
     code, out, err, log, _ = run_eval(problem, "leaderboard", submission=submission, extra=[str(tests)], popcorn=True)
     print(f"{kit} {hostile}: exit {code}, means {[log.get(f'benchmark.{i}.mean') for i in range(len(honest))]} "
           f"(shipped {honest}), {[log.get(f'benchmark.{i}.error', '')[:160] for i in range(len(honest))]}")
-    if expect == "fails" and code == 112:  # on the band, the memory floor or its output (the staged event early)
-        assert log["check"] == "fail" and any(log.get(f"benchmark.{i}.error") for i in range(len(honest))), out + err
+    if expect == "fails" and code == 112:  # on the band, the memory floor, or a timed call's output checked wrong
+        errors = [log.get(f"benchmark.{i}.error", "") for i in range(len(honest))]
+        assert log["check"] == "fail" and any(
+            "below what the judge's clock allows" in e or "under the memory floor" in e or e.startswith("timed call")
+            for e in errors), out + err
         return
     assert code == 0, out + err
     means = [float(log[f"benchmark.{i}.mean"]) for i in range(len(honest))]
