@@ -1229,9 +1229,10 @@ def from_submission(text: str) -> str:
     marked as the submission's, so that none of it can pass for a line of the report; at most
     SUBMISSION_TEXT_LINES lines and SUBMISSION_TEXT_CHARS characters of it, with a note where it was cut."""
     text = str(text)
-    lines = printable(text[:SUBMISSION_TEXT_CHARS]).splitlines()
+    shown = printable(text[:SUBMISSION_TEXT_CHARS])  # escapes lengthen it: cut again after them
+    lines = shown[:SUBMISSION_TEXT_CHARS].splitlines()
     kept = lines[:SUBMISSION_TEXT_LINES]
-    if len(kept) < len(lines) or len(text) > SUBMISSION_TEXT_CHARS:
+    if len(kept) < len(lines) or len(text) > SUBMISSION_TEXT_CHARS or len(shown) > SUBMISSION_TEXT_CHARS:
         kept.append(f"... (cut: the submission's text ran to {len(text):,} characters; the first "
                     f"{min(len(lines), SUBMISSION_TEXT_LINES)} lines are shown)")
     return "\n".join(f"submission> {line}" for line in kept)
@@ -2277,6 +2278,7 @@ class Judge:
             worker.late_holds += 1
         struct.pack_into("<Q", worker.flag, LET_GO_AT, 0)
         self.driver.reset_persisting_l2()  # not stream-ordered: before the gate, whose stream it might wait on
+        t_start = now()  # a late call's clock (host): from before its work is queued (the gate opens by itself)
         gate = self._close_gate()
         try:
             self._stamp("start")
@@ -2288,7 +2290,6 @@ class Judge:
                 raw = self._take_output(worker)
         finally:
             self._open_gate(gate)
-        t_start = now()  # a late call's clock (host): from the gate's opening, before its inputs exist
         try:
             if early:
                 # The call is still running on the host, and its staged event is not recorded yet: the
@@ -2397,8 +2398,10 @@ def ranked_times(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool, ban
 
 
 def rank_calls(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool,
-               band: Band | None = None) -> list[tuple[float, str]]:
-    """(ranked time, how it was ranked) of each call. band: the mode's (BANDS by default).
+               band: Band | None = None, floor_ns: float = 0.0) -> list[tuple[float, str]]:
+    """(ranked time, how it was ranked) of each call. band: the mode's (BANDS by default); floor_ns: the
+    case's memory floor, under which no call on a GPU is ranked (a report under it fails the call; a call
+    ranked on the judge's clock is raised to it).
     - "early": released before it returned (it synchronises, or its host path is slower): the judge's own
       host clock from before its inputs were written to the output in hand, less the null submission's
       overhead on that path; timed as it ran, host time included, and nothing the submission reports
@@ -2427,7 +2430,7 @@ def rank_calls(calls: list[TimedCall], nulls: list[TimedCall], cuda: bool,
         elif c.device_ns < (lowest := judged - CALL_BANDS * band.at(c.device_ns)):
             ranked.append((lowest, "lifted"))
         elif c.device_ns > judged + CALL_BANDS * band.at(judged):
-            ranked.append((max(judged, 1.0), "judge"))
+            ranked.append((max(judged, floor_ns, 1.0), "judge"))
         else:
             ranked.append((c.device_ns, "report"))
     return ranked
@@ -2459,12 +2462,18 @@ def ranked_calls(calls: list[TimedCall]) -> list[TimedCall]:
     return [c for c, keep in zip(calls, kept_calls([c.early for c in calls])) if keep]
 
 
-def timing_gap(calls: list[TimedCall], nulls: list[TimedCall]) -> tuple[float, float] | None:
+def timing_gap(calls: list[TimedCall], nulls: list[TimedCall], band: Band | None = None) -> tuple[float, float] | None:
     """(reported mean, gap to the judge's clock beyond the null's overhead) over the calls released on time;
-    None if there are none (a late call's ranked time is the judge's clock: rank_calls)."""
+    None if there are none (a late call's ranked time is the judge's clock: rank_calls). band: on a GPU, the
+    mode's band: a report rank_calls ranks on the judge's clock (over it by more than CALL_BANDS bands) is
+    taken as ranked, so that one inflated report can neither widen the band nor offset the other calls'
+    gaps (it is neither in the ranking)."""
     calls = [c for c in calls if not c.early]
     if not calls:
         return None
+    if band is not None:
+        calls = [dataclasses.replace(c, device_ns=t) if how == "judge" else c
+                 for c, (t, how) in zip(calls, rank_calls(calls, nulls, True, band))]
     return sum(c.device_ns for c in calls) / len(calls), overhead_gap(calls, nulls)
 
 
@@ -2476,17 +2485,22 @@ def mean_timing(timings: list) -> tuple[float, float] | None:
     return sum(t[0] for t in timings) / len(timings), sum(t[1] for t in timings) / len(timings)
 
 
-def verify_times(calls: list[TimedCall], nulls: list[TimedCall], band: Band, earlier: list = ()) -> str:
+def verify_times(calls: list[TimedCall], nulls: list[TimedCall], band: Band, earlier: list = (),
+                 cuda: bool = True) -> str:
     """'' if the reported times agree with the judge's clock, else why not. Per call, the judge's clock
     minus the reported time is the protocol's overhead; the same protocol with the null submission says
     what that overhead is. A case whose overhead exceeds the null's by more than band.at(its reported mean)
     reported less time than its calls took. earlier: timing_gap of the case's earlier timings on other
-    processes; what is checked is the mean over all of them (a process of slow switches weighs half)."""
-    return check_timings([*earlier, timing_gap(calls, nulls)], band)
+    processes; what is checked is the mean over all of them (a process of slow switches weighs half). cuda:
+    whether reports are ranked (timing_gap); on the CPU the judge's clock is, and every report is checked."""
+    return check_timings([*earlier, timing_gap(calls, nulls, band if cuda else None)], band)
 
 
 def check_timings(timings: list, band: Band) -> str:
-    """verify_times over a case's timings (timing_gap of each)."""
+    """verify_times over a case's timings (timing_gap of each). A last timing with no call released on time
+    passes: all of its ranked time is the judge's clock."""
+    if timings and timings[-1] is None:
+        return ""
     mean = mean_timing(timings)
     if mean is None:
         return ""
@@ -2704,7 +2718,7 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         problem = _timing_loop(judge, case, first, clock, share_left, ranked, result.calls, result.nulls)
         if problem:
             return problem
-        timings.append(timing_gap(result.calls, result.nulls))
+        timings.append(timing_gap(result.calls, result.nulls, band if judge.cuda else None))
         problem = check_timings(timings, band)
         if not problem:
             break
@@ -2712,7 +2726,7 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         return problem
     calls, nulls = result.calls, result.nulls
     kept = ranked_calls(calls)
-    how = rank_calls(kept, nulls, judge.cuda)
+    how = rank_calls(kept, nulls, judge.cuda, floor_ns=first.floor_ns or 0.0)
     times = [t for t, _ in how]
     used_calls = fastest(times)
     used = [times[i] for i in used_calls]
@@ -2940,7 +2954,7 @@ def compare_case(judge: Judge, case: TestCase, clock: RunClock, share_s: float) 
             if se < 0.001 or time.perf_counter_ns() - wall_start > wall_limit:
                 break
     for name in sides:
-        problem = verify_times(calls[name], nulls[name], band)
+        problem = verify_times(calls[name], nulls[name], band, cuda=judge.cuda)
         if problem:
             return f"{name}: {problem}", {}
     keep = kept_calls([a.early or b.early for a, b in zip(calls["A"], calls["B"])])  # stragglers, by pair
@@ -3055,6 +3069,9 @@ def write_json(path: str, args, judge: Judge, report: Report, outcome: Outcome, 
     target = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # as a plain write would have made it (mkstemp's is 0600)
         with os.fdopen(fd, "w") as f:
             f.write(json.dumps(results, indent=1, default=str))
         os.replace(tmp, target)

@@ -1123,6 +1123,31 @@ def test_a_report_inflated_above_the_judges_clock_is_ranked_on_it():
     assert old_mean / _ranked_mean(honest_calls, nulls) > 1.1
 
 
+@pytest.mark.parametrize("true_ns", [20e3, 100e3, 1e6])
+def test_one_inflated_report_cannot_cover_the_others_shaved(true_ns):
+    """One report of 1e300 ns (or a few ms) per case, ranked on the judge's clock and dropped as the slowest,
+    would have widened the band and offset the other calls' gaps, so that every other call could shave three
+    bands: the check takes it as ranked. Re-timed, the same holds."""
+    x = (true_ns - 3 * GPU_BAND.abs_ns) / (1 + 3 * GPU_BAND.rel)  # each other call's report: 3 bands under
+    for inflated in (1e300, 5e6):
+        calls, nulls = _h200_case(true_ns, lambda i, t: inflated if i == 57 else x)
+        assert "below what the judge's clock allows" in harness.verify_times(calls, nulls, GPU_BAND)
+        earlier = harness.timing_gap(_h200_case(true_ns, lambda i, t: x, seed=2)[0], nulls, GPU_BAND)
+        assert "2 timings" in harness.verify_times(calls, nulls, GPU_BAND, [earlier])
+
+
+def test_a_call_ranked_on_the_judges_clock_is_not_ranked_under_the_memory_floor():
+    nulls = _calls([2e3] * 40, [100e3] * 40)
+    seen_short = harness.TimedCall(5e6, 100e3 + 1e3, 0.0, False)  # reported 5 ms, the judge saw 1 us
+    assert harness.rank_calls([seen_short], nulls, cuda=True, floor_ns=4e3) == [(4e3, "judge")]
+
+
+def test_a_retiming_with_no_call_on_time_passes_on_the_judges_clock():
+    """Its ranked time is all the judge's clock: the earlier timing's gap does not fail it alone."""
+    assert harness.check_timings([(10e3, 50e3), None], GPU_BAND) == ""
+    assert harness.check_timings([(10e3, 50e3)], GPU_BAND) != ""
+
+
 @pytest.mark.parametrize("clock", ["both", "judge"])
 def test_one_stalled_call_in_a_hundred_moves_the_mean_by_under_one_percent(clock):
     """A call stalled for milliseconds on both clocks (the GPU taken by another context mid-call) or on the
