@@ -939,8 +939,9 @@ DONE:
 
 # Byte offsets in the release page: the release count the holds poll; the one-block hold's announcement;
 # the GPU time (%globaltimer) at which the one-block hold let go, which the judge reads back for the
-# breakdown of its clock (TimedCall.parts; the worker's word, shown, never ranked).
-RELEASE_AT, ANNOUNCE_AT, LET_GO_AT = 0, 8, 16
+# breakdown of its clock (TimedCall.parts; the worker's word, shown, never ranked); the worker's signal
+# that a call's output is staged (the call's number) and, written before it, the output's digest.
+RELEASE_AT, ANNOUNCE_AT, LET_GO_AT, STAGED_AT, DIGEST_AT = 0, 8, 16, 24, 32
 ONE_BLOCK_HOLD = (1, 32)  # (blocks, threads a block) of the hold the judge's work takes the SMs from
 
 
@@ -980,8 +981,8 @@ SPIN:
 
 # The judge's clock on the GPU: one thread writes %globaltimer (ns) to an address. The judge stamps its
 # own stream before it writes a call's inputs and after it has copied the call's output into its own
-# memory, so what lies between is GPU time only (no process wake-ups), measured in the judge's context;
-# two stamps between them (after the release, once the staged event has fired) say where it went.
+# memory, measured in the judge's context; two stamps between them (after the release, and once the
+# worker has signalled its output staged) say where it went.
 STAMPS = ("start", "released", "staged", "end")  # the judge's stamps of a timed call, in order
 _STAMP_PTX = r"""
 .visible .entry eval_stamp(.param .u64 out)
@@ -997,16 +998,19 @@ _STAMP_PTX = r"""
 
 # The judge's release of a worker's holds: one thread writes the release count into the worker's release
 # page (host memory both map), on the judge's stream, so that it follows the judge's inputs and flush
-# with no host in between.
+# with no host in between, and the same count into the judge's own page (GATE_RELEASED_AT), where the
+# judge's host sees the moment of the release on its own clock.
 _RELEASE_PTX = r"""
-.visible .entry eval_release(.param .u64 flag, .param .u32 value)
+.visible .entry eval_release(.param .u64 flag, .param .u32 value, .param .u64 judge_at)
 {
     .reg .b32 %r<2>;
     .reg .b64 %rd<2>;
     ld.param.u64 %rd0, [flag];
     ld.param.u32 %r0, [value];
+    ld.param.u64 %rd1, [judge_at];
     membar.sys;
     st.relaxed.sys.global.u32 [%rd0], %r0;
+    st.relaxed.sys.global.u32 [%rd1], %r0;
     ret;
 }
 """
@@ -1036,6 +1040,39 @@ READ:
     ret;
 }
 """
+GATE_AT, GATE_RELEASED_AT = 0, 8  # byte offsets in the judge's page: its gate's count; the release's count
+
+
+# The worker's signal that a timed call's output is staged: one thread copies the output's digest (a device
+# int64, output_digest) into the release page and then, once that is visible to the host, the call's number.
+# The judge's host acts on the first sighting of the number and holds the call to the digest it read then.
+_SIGNAL_PTX = r"""
+.visible .entry eval_signal(.param .u64 digest, .param .u64 digest_at, .param .u64 staged_at, .param .u32 seq)
+{
+    .reg .b32 %r<1>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd0, [digest];
+    ld.param.u64 %rd1, [digest_at];
+    ld.param.u64 %rd2, [staged_at];
+    ld.param.u32 %r0, [seq];
+    ld.global.u64 %rd3, [%rd0];
+    st.relaxed.sys.global.u64 [%rd1], %rd3;
+    membar.sys;
+    st.relaxed.sys.global.u32 [%rd2], %r0;
+    ret;
+}
+"""
+
+
+def output_digest(torch, flat):
+    """The digest of a result region's bytes (a uint8 tensor): the sum of its 32-bit words (and of any tail
+    bytes) in int64, which wraps, so the order of the sum does not matter. No cheaper way to it than the
+    bytes themselves: a worker that signals its output staged with the right digest had the output then."""
+    whole = flat.numel() // 4 * 4
+    digest = flat[:whole].view(torch.int32).sum(dtype=torch.int64)
+    if whole < flat.numel():
+        digest = digest + flat[whole:].sum(dtype=torch.int64)
+    return digest.reshape(1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1258,7 +1295,6 @@ class WorkerSession:
         self.sock, self.flag_fd, self.role, self.under_ncu = sock, flag_fd, role, under_ncu
         self.cuda = False
         self.kernel_fn = None
-        self.staged_event = None
         self.seq, self.mimic_ns, self.null_early = 0, 0, False
         self.regions = {}
         self.data = self.result = None
@@ -1308,6 +1344,7 @@ class WorkerSession:
             self.flag_dev = self.driver.host_register(flag_addr, 4096)
             self.hold_fn = self.driver.function(_HOLD_PTX, "eval_hold")
             self.spin_fn = self.driver.function(_SPIN_PTX, "eval_spin")
+            self.signal_fn = self.driver.function(_SIGNAL_PTX, "eval_signal")
             self.hold_shape = hold_grid(torch)
             self.start_event = torch.cuda.Event(enable_timing=True)
             self.end_event = torch.cuda.Event(enable_timing=True)
@@ -1330,11 +1367,6 @@ class WorkerSession:
                 raise AttributeError("the submission defines no function custom_kernel(data)")
             self.kernel_fn = module.custom_kernel
         return self.kernel_fn
-
-    def op_event(self, handle: bytes):
-        """The judge's interprocess event, recorded once a timed call's output is staged."""
-        self.staged_event = self.torch.cuda.Event.from_ipc_handle(self.torch.cuda.current_device(), handle)
-        self.send(kind="event")
 
     def op_map(self, arena, result, layout, form):
         memfds = [h for h in (arena, result) if h[0] == "memfd"]
@@ -1429,12 +1461,19 @@ class WorkerSession:
         t1 = time.perf_counter_ns()
         self.end_event.record(stream)
         meta = self._stage(out)
-        self.staged_event.record(stream)
+        self._signal_staged(seq, stream)
         self.send(kind="enqueued", host_ns=t1 - t0)
         self.end_event.synchronize()
         device_ns = self.start_event.elapsed_time(self.end_event) * 1e6
         torch.cuda.synchronize()
         self.send(kind="done", device_ns=device_ns, output=meta)
+
+    def _signal_staged(self, seq: int, stream) -> None:
+        """Behind the staged output on the stream: its digest, then the call's number, into the release page."""
+        self._digest = output_digest(self.torch, self.result)  # kept until the next call: the kernel reads it
+        self.driver.launch(self.signal_fn, 1, 1, stream.cuda_stream,
+                           [ctypes.c_uint64(self._digest.data_ptr()), ctypes.c_uint64(self.flag_dev + DIGEST_AT),
+                            ctypes.c_uint64(self.flag_dev + STAGED_AT), ctypes.c_uint32(seq)])
 
     def _timed_cpu(self, seq: int):
         t0 = time.perf_counter_ns()
@@ -1701,10 +1740,7 @@ class WorkerProcess:
         """The judge's side of the release flag, once the judge has its own CUDA context."""
         self.cuda, self.driver = cuda, driver
         if cuda:
-            import torch
-
             self.flag_dev = driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.flag)), 4096)
-            self.staged_event = torch.cuda.Event(blocking=False, enable_timing=False, interprocess=True)
 
     def handshake(self, deadline: float) -> None:
         ready = self.receive("ready", deadline)
@@ -1718,9 +1754,6 @@ class WorkerProcess:
         if bool(ready.get("cuda")) != self.cuda:
             raise CaseFailure(f"the worker {'sees' if ready.get('cuda') else 'does not see'} a CUDA device and "
                               f"the judge {'does' if self.cuda else 'does not'}")
-        if self.cuda:
-            self.send(op="event", handle=self.staged_event.ipc_handle())
-            self.receive("event", deadline)
 
     def _not_as_confined(self) -> str:
         """What /proc shows of the worker that its confinement should rule out ('' if nothing): checked by
@@ -1877,13 +1910,15 @@ class Prepared:
 @dataclasses.dataclass
 class TimedCall:
     device_ns: float   # the worker's measure (its report)
-    judge_ns: float    # the judge's clock: on a GPU its stamps from before the inputs exist to after its own
-    #                    copy of the output; on the CPU, call sent to answer received
+    judge_ns: float    # the judge's clock: on a GPU from its stamp before the inputs exist to its host's sighting
+    #                    of the signal that the output is staged (Judge.timed); on the CPU, call sent to answer
+    #                    received
     host_ns: float     # the worker's host clock around custom_kernel (GPU only; shown, never ranked)
     early: bool        # the GPU was released before custom_kernel returned
     # On a GPU, where the judge's clock went (ns from its first stamp): the release, behind the inputs and
-    # the flush; the one-block hold let go (the worker's word); the staged event seen; the output copied.
-    # For tools/judge_resolution.py; nothing ranks it.
+    # the flush; the one-block hold let go (the worker's word); the staged signal seen (the clock's end);
+    # and, off the clock, how long the judge's copy of the output took. For tools/judge_resolution.py;
+    # nothing ranks it.
     parts: tuple = ()
 
 
@@ -2210,7 +2245,8 @@ class Judge:
 
     def _release(self, worker: WorkerProcess, seq: int) -> None:
         self.driver.launch(self.release_fn, 1, 1, self.torch.cuda.current_stream().cuda_stream,
-                           [ctypes.c_uint64(worker.flag_dev + RELEASE_AT), ctypes.c_uint32(hold_targets(seq)[1])])
+                           [ctypes.c_uint64(worker.flag_dev + RELEASE_AT), ctypes.c_uint32(hold_targets(seq)[1]),
+                            ctypes.c_uint64(self.gate_dev + GATE_RELEASED_AT)])
 
     def _close_gate(self) -> int:
         self.gate_seq += 1
@@ -2220,16 +2256,47 @@ class Judge:
         return self.gate_seq
 
     def _open_gate(self, seq: int) -> None:
-        struct.pack_into("<i", self.gate_page, 0, seq)
+        struct.pack_into("<i", self.gate_page, GATE_AT, seq)
 
-    def _take_output(self, worker: WorkerProcess):
-        """Queued on the judge's stream: once the worker's staged event has fired, a stamp, the judge's copy
-        of the result region (returned), and the last stamp."""
-        self.torch.cuda.current_stream().wait_event(worker.staged_event)
+    @staticmethod
+    def _await(page, at: int, value: int, deadline: float, worker: WorkerProcess | None = None) -> int:
+        """The judge's host spins (POLL_S, then in short sleeps) until the u32 at page[at] is value, and returns
+        its clock at the sighting. worker: whose message before it (an error) ends the wait."""
+        spin_until, checks = time.monotonic() + POLL_S, 0
+        while struct.unpack_from("<I", page, at)[0] != value:
+            checks += 1
+            if checks % 256:
+                continue
+            now = time.monotonic()
+            if now > deadline:
+                raise CaseFailure("timed out (the time limit from task.yml)")
+            if worker is None:
+                if now > spin_until:
+                    time.sleep(0.0002)
+            elif select.select([worker.sock], [], [], 0 if now < spin_until else 0.0002)[0]:
+                if struct.unpack_from("<I", page, at)[0] == value:
+                    break
+                worker.receive("done", deadline)  # an error, or a dead worker, fails the case here
+                raise CaseFailure(f"the submission's process answered timed call {value} without signalling that "
+                                  f"its output was staged")
+        return time.perf_counter_ns()
+
+    @staticmethod
+    def _await_staged(worker: WorkerProcess, seq: int, deadline: float) -> tuple[int, int]:
+        """The judge's host watches the worker's release page for its signal that call seq's output is staged:
+        (its clock at the sighting, the digest beside the signal then)."""
+        seen = Judge._await(worker.flag, STAGED_AT, seq, deadline, worker)
+        return seen, struct.unpack_from("<q", worker.flag, DIGEST_AT)[0]
+
+    def _take_output(self, worker: WorkerProcess, seq: int, deadline: float):
+        """Once the worker has signalled call seq's output staged: a stamp, the judge's copy of the result
+        region, the last stamp (the copy's time, for TimedCall.parts). Returns the host's clock at the signal's
+        sighting, the copy and the digest the worker signalled with."""
+        seen, digest = self._await_staged(worker, seq, deadline)
         self._stamp("staged")
         raw = worker.result.tensor.clone()
         self._stamp("end")
-        return raw
+        return seen, raw, digest
 
     def timed(self, worker: WorkerProcess, prep: Prepared, deadline: float, mimic_ns: float = 0,
               null_early: bool = False) -> tuple[TimedCall, tuple]:
@@ -2253,6 +2320,8 @@ class Judge:
         torch = self.torch
         prep.layout.poison(worker.arena.tensor)
         worker.result.tensor.fill_(0xFF)
+        struct.pack_into("<I", worker.flag, STAGED_AT, 0)  # no signal left from a call of an earlier process
+        struct.pack_into("<I", self.gate_page, GATE_RELEASED_AT, 0)  # nor a release of another worker's call
         torch.cuda.synchronize()
         worker.send(op="timed", seq=seq, mimic_ns=mimic_ns, early=null_early)
         try:
@@ -2263,16 +2332,18 @@ class Judge:
             raise
         early = enqueued is None
         # The full-SM hold goes, the one-block hold behind it spins. Then all on the judge's stream, queued
-        # behind the judge's gate, which opens once all of it is (so that the judge's host, its launches and
-        # wake-ups, is nowhere between the stamps): the first stamp; the call's inputs; L2 flushed and left
-        # clean; the release (the worker's kernels start right after it, with nothing of the inputs in L2);
-        # a stamp; and, once the worker's "staged" event has fired, a stamp, the output's bytes copied into
-        # the judge's hands, and the last stamp. The clock starts before the inputs exist: work that the
-        # worker's context does with them before the release, on any stream (its kernels time-slice with
-        # the judge's on the GPU), is on the judge's clock too. It ends after the judge's copy of the
-        # output, so whatever the judge checks was there before its clock stopped. (The staged event is the
-        # worker's to record, and the GPU gives the judge's context the GPU only ~150 us after it fires: a
-        # worker that records it early computes unseen in that time. docs/judge.md, "What the worker holds".)
+        # behind the judge's gate, which opens once all of it is (so that the judge's launches are nowhere
+        # in it): the first stamp; the call's inputs; L2 flushed and left clean; the release (the worker's
+        # kernels start right after it, with nothing of the inputs in L2), which the judge's host sees on
+        # its own page; a stamp. The clock starts before the inputs exist: work that the worker's context
+        # does with them before the release, on any stream (its kernels time-slice with the judge's on the
+        # GPU), is on the judge's clock too. Then the judge's host, spinning, sees the worker's signal that
+        # the output is staged, with the output's digest beside it: the judge's clock is its GPU time from
+        # the first stamp to the release plus its host time from the release to that sighting. Only then
+        # does it queue its copy of the output, and the call fails unless the digest read at the signal is
+        # that of the bytes copied. So the worker cannot end the clock early (a signal sent before the
+        # output was there carries a wrong digest), and the GPU's switch back to the judge's context, whose
+        # time the worker's work could overlap, is not on the clock. (docs/judge.md, "What the worker holds".)
         stream = torch.cuda.current_stream()
         if not worker.swap_holds(seq):
             worker.late_holds += 1
@@ -2286,27 +2357,30 @@ class Judge:
             self.flush()
             self._release(worker, seq)
             self._stamp("released")
-            if not early:
-                raw = self._take_output(worker)
         finally:
             self._open_gate(gate)
         try:
             if early:
-                # The call is still running on the host, and its staged event is not recorded yet: the
-                # judge's clock is its host clock, from before the inputs were written to the output in
-                # its hands (the null's calls on this path measure the write, flush and release with it).
+                # The call is still running on the host: the judge's clock is its host clock, from before
+                # the inputs were written to the signal (the null's calls on this path measure the write,
+                # flush and release with it).
                 stream.synchronize()
                 enqueued = worker.receive("enqueued", deadline, poll=True)
-                raw = self._take_output(worker)
+            else:
+                t_released = self._await(self.gate_page, GATE_RELEASED_AT, hold_targets(seq)[1], deadline)
+            t_signal, raw, digest = self._take_output(worker, seq, deadline)
             done = worker.receive("done", deadline, poll=True)
+            stamps = dict(zip(STAMPS, self.stamps.tolist()))  # synchronises: raw is complete
+            judge_ns = float(t_signal - t_start if early else stamps["released"] - stamps["start"] + t_signal - t_released)
+            if output_digest(torch, raw).item() != digest:
+                raise CaseFailure(f"the submission's process signalled timed call {seq}'s output staged before it "
+                                  f"was: the digest it signalled with is not that of the bytes the judge then copied")
         except CaseFailure:
             worker.release(seq)
             raise
-        stamps = dict(zip(STAMPS, self.stamps.tolist()))  # synchronises: raw is complete
-        judge_ns = now() - t_start if early else float(stamps["end"] - stamps["start"])
         let_go = struct.unpack_from("<Q", worker.flag, LET_GO_AT)[0]
-        parts = (stamps["released"] - stamps["start"], let_go - stamps["start"] if let_go else math.nan,
-                 stamps["staged"] - stamps["start"], stamps["end"] - stamps["start"])
+        parts = (stamps["released"] - stamps["start"], let_go - stamps["start"] if let_go else math.nan, judge_ns,
+                 stamps["end"] - stamps["staged"])
         host_ns = enqueued.get("host_ns")
         host_ns = float(host_ns) if isinstance(host_ns, (int, float)) and not isinstance(host_ns, bool) else math.nan
         return TimedCall(_reported(done), judge_ns, host_ns, early, parts), (done.get("output"), raw)
@@ -2655,8 +2729,9 @@ def _warm_up(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: floa
 
 
 def _calibrate_nulls(judge: Judge, worker: WorkerProcess, prep: Prepared, deadline: float) -> list:
-    """The worker warmed up, then NULL_CALIBRATION null calls that take as long as its calls."""
+    """The worker warmed up, the null too, then NULL_CALIBRATION null calls that take as long as its calls."""
     mimic = _warm_up(judge, worker, prep, deadline)
+    judge.null_call(prep, deadline, mimic)  # its warm-up: a process's first call loads kernels (~30 ms on the H200)
     return [judge.null_call(prep, deadline, mimic) for _ in range(NULL_CALIBRATION)]
 
 

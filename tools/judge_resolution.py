@@ -8,8 +8,8 @@ the time the worker reports; per case and round, the gap of the submission's ove
 eval.py's timing check measures) and of B's to A's (two processes running the same code: what the judge
 cannot tell apart), each as eval.py's trimmed mean. Every round starts fresh worker processes. Where the
 judge's clock went (TimedCall.parts) is averaged per worker: the judge's work up to the release, the
-release to the one-block hold letting go, the call's end to the judge's stamp after the staged event, the
-judge's copy of the output.
+release to the one-block hold letting go, the call's end to the judge's host seeing the signal that its
+output is staged (the clock's end), and, off the clock, the judge's copy of the output.
 
     python tools/judge_resolution.py [--problem DIR] [--rounds 3] [--iterations 24] [--json RAW.json]
                                      [--write FILE.md]
@@ -35,14 +35,14 @@ def overheads(calls) -> list[float]:
 
 
 def parts_us(calls) -> str:
-    """Mean us of: start to release, release to let-go, call end to the staged event seen, the judge's copy."""
+    """Mean us of: start to release, release to let-go, call end to the staged signal seen, the judge's copy."""
     rows = [(c.parts, c.device_ns) for c in calls if len(c.parts) == 4 and all(math.isfinite(x) for x in c.parts)]
     if not rows:
         return "-"
     released = statistics.mean(p[0] for p, _ in rows)
     let_go = statistics.mean(p[1] - p[0] for p, _ in rows)
     to_staged = statistics.mean(p[2] - p[1] - d for p, d in rows)
-    copy = statistics.mean(p[3] - p[2] for p, _ in rows)
+    copy = statistics.mean(p[3] for p, _ in rows)
     return " / ".join(f"{x / 1e3:.1f}" for x in (released, let_go, to_staged, copy))
 
 
@@ -53,6 +53,12 @@ def time_case(judge, null_b, case, iterations: int, deadline: float) -> dict:
         raise SystemExit(f"{case.spec}: the submission fails its check: {message}")
     warm = [judge.timed(judge.worker, prep, deadline)[0].device_ns for _ in range(harness.WARMUP_CALLS)]
     mimic = statistics.median(warm)
+    judge.null_call(prep, deadline, mimic)  # warm-ups, as eval.py's: a process's first call loads its kernels
+    judge.null, null_b = null_b, judge.null
+    try:
+        judge.null_call(prep, deadline, mimic)
+    finally:
+        judge.null, null_b = null_b, judge.null
     runs = {"submission": [], "A": [], "B": []}
     for _ in range(iterations):
         for _ in range(harness.NULL_EVERY):
@@ -112,8 +118,8 @@ def tables(head: str, results: dict) -> str:
         "|---|---|---|---|---|---|---|",
         *(summary_row(spec, rounds) for spec, rounds in results.items()), "",
         "Where the judge's clock goes, mean us per call: the judge's work up to the release / the release to the "
-        "one-block hold letting go (the worker's word) / the call's end to the judge's stamp after the staged "
-        "event / the judge's copy of the output.", "",
+        "one-block hold letting go (the worker's word) / the call's end to the judge's host seeing its signal that "
+        "the output is staged (the clock's end) / the judge's copy of the output, off the clock.", "",
         "| case | submission | null A | null B |", "|---|---|---|---|",
         *(parts_row(spec, rounds) for spec, rounds in results.items()), ""])
 

@@ -916,20 +916,17 @@ def shipped_runs(tmp_path_factory):
 @pytest.mark.parametrize("kit", list(KITS))
 @pytest.mark.parametrize("hostile,expect", [
     ("forges_short_reports", "fails"),
-    ("records_the_staged_event_early", "fails"),
+    ("signals_its_output_early", "fails"),
     ("shaves_its_reports", "within the band"),
     ("reports_a_stalled_call", "as honest"),
     ("stalls_one_call", "as honest"),
 ])
-def test_the_shipped_fast_path_cannot_shade_its_ranked_time(request, shipped_runs, tmp_path, kit, hostile, expect):
+def test_the_shipped_fast_path_cannot_shade_its_ranked_time(shipped_runs, tmp_path, kit, hostile, expect):
     """The hostile appended to the shipped submission, in leaderboard mode, against the shipped submission's own
     run: a forged report fails the run (a quarter reported passes on MLA 4 x 1024, where the band cannot see
     it, and fails on 32 x 1024: docs/judge.md, "The band"), or is ranked within max(1 us, 5 %) of honest; a
     shave under the band gains no more than the band; a stall of one call, on either clock, moves the mean by
     a few per cent at most (1 % by rule; the rest is two runs' spread)."""
-    if (kit, hostile) == ("mla", "records_the_staged_event_early"):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="open: the staged event recorded early hides a "
-                                              "call shorter than the GPU's switch to the judge (docs/judge.md)"))
     problem, _ = KITS[kit]
     tests, honest = shipped_runs[kit]
     submission = tmp_path / "submission.py"
@@ -937,11 +934,11 @@ def test_the_shipped_fast_path_cannot_shade_its_ranked_time(request, shipped_run
     code, out, err, log, _ = run_eval(problem, "leaderboard", submission=submission, extra=[str(tests)], popcorn=True)
     print(f"{kit} {hostile}: exit {code}, means {[log.get(f'benchmark.{i}.mean') for i in range(len(honest))]} "
           f"(shipped {honest}), {[log.get(f'benchmark.{i}.error', '')[:160] for i in range(len(honest))]}")
-    if expect == "fails" and code == 112:  # on the band, the memory floor, or a timed call's output checked wrong
-        errors = [log.get(f"benchmark.{i}.error", "") for i in range(len(honest))]
+    if expect == "fails" and code == 112:  # on the band, the memory floor, a timed call's output checked wrong
+        errors = [log.get(f"benchmark.{i}.error", "") for i in range(len(honest))]  # or signalled before it was
         assert log["check"] == "fail" and any(
             "below what the judge's clock allows" in e or "under the memory floor" in e or e.startswith("timed call")
-            for e in errors), out + err
+            or "output staged before it was" in e for e in errors), out + err
         return
     assert code == 0, out + err
     means = [float(log[f"benchmark.{i}.mean"]) for i in range(len(honest))]
@@ -1401,3 +1398,72 @@ def test_the_worker_syscall_filter_per_arch():
         assert _run_seccomp(program, arch, 0) == allow and _run_seccomp(program, arch, 1000) == allow
     assert _run_seccomp(program, 0xC000003E, harness._X32_SYSCALL_BIT | 1) == deny  # x32
     assert _run_seccomp(program, 0x12345678, 112) == allow  # an unknown arch
+
+
+def _signal(page, seq, digest):
+    import struct as _struct
+
+    _struct.pack_into("<q", page, harness.DIGEST_AT, digest)
+    _struct.pack_into("<I", page, harness.STAGED_AT, seq)
+
+
+def _watched_worker(page, sock, on_message=None):
+    def receive(kind, deadline):
+        sock.recv(1)
+        if on_message:
+            on_message()
+        return {"kind": kind}
+    return types.SimpleNamespace(flag=page, sock=sock, receive=receive)
+
+
+def test_the_judge_reads_the_digest_beside_the_signal_for_its_call():
+    """Judge._await_staged: the digest beside the worker's signal for this call and the host's clock when it
+    was seen; a signal for another call is no signal; a message before the signal (an error) ends the
+    wait and fails the case; nothing at all ends it at the deadline."""
+    import socket as _socket
+
+    page = bytearray(4096)
+    ours, theirs = _socket.socketpair()
+    try:
+        worker = _watched_worker(page, ours)
+        _signal(page, 7, -12345)
+        assert harness.Judge._await_staged(worker, 7, time.monotonic() + 5)[1] == -12345
+
+        _signal(page, 7, 1)  # the last call's signal and digest: no signal for call 8
+        later = threading.Timer(0.05, _signal, (page, 8, 99))
+        later.start()
+        t0 = time.perf_counter_ns()
+        seen, digest = harness.Judge._await_staged(worker, 8, time.monotonic() + 5)
+        assert digest == 99 and seen - t0 >= 40e6  # the sighting, on the judge's clock, after the signal came
+        later.join()
+
+        def fails():
+            raise harness.CaseFailure("the submission's error")
+        theirs.send(b"x")
+        with pytest.raises(harness.CaseFailure, match="the submission's error"):
+            harness.Judge._await_staged(_watched_worker(page, ours, fails), 9, time.monotonic() + 5)
+        theirs.send(b"x")
+        with pytest.raises(harness.CaseFailure, match="without signalling"):
+            harness.Judge._await_staged(_watched_worker(page, ours), 9, time.monotonic() + 5)
+        with pytest.raises(harness.CaseFailure, match="timed out"):
+            harness.Judge._await_staged(worker, 9, time.monotonic() + 0.05)
+    finally:
+        ours.close()
+        theirs.close()
+
+
+def test_the_output_digest_needs_every_byte_in_any_order():
+    """output_digest: the wrapping int64 sum of a region's 32-bit words and tail bytes, the same on any device
+    and order of summing; one bit anywhere changes it."""
+    g = torch.Generator().manual_seed(3)
+    for n in (0, 3, 4, 4099, 1 << 16):
+        flat = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
+        whole = n // 4 * 4
+        words = [int.from_bytes(bytes(flat[i:i + 4].tolist()), "little", signed=True) for i in range(0, whole, 4)]
+        expect = (sum(words) + sum(flat[whole:].tolist()) + (1 << 63)) % (1 << 64) - (1 << 63)
+        assert harness.output_digest(torch, flat).item() == expect
+        if n:
+            i = int(torch.randint(0, n, (1,), generator=g))
+            flipped = flat.clone()
+            flipped[i] ^= 1 << int(torch.randint(0, 8, (1,), generator=g))
+            assert harness.output_digest(torch, flipped).item() != expect
