@@ -48,6 +48,7 @@ import errno
 import fcntl
 import functools
 import gc
+import glob
 import inspect
 import json
 import math
@@ -72,6 +73,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 MODES = ("test", "benchmark", "leaderboard", "profile", "compare")
 EXIT_OK, EXIT_FAIL, EXIT_BAD_FD, EXIT_BAD_TESTS = 0, 112, 111, 113
+# The judge's own failure (an exception of its code, not of a submission's), and a run stopped by SIGTERM or
+# SIGINT: either way the run ends in a verdict, `check: fail` on POPCORN_FD with the reason.
+EXIT_JUDGE_ERROR, EXIT_STOPPED = 114, 115
 
 # Stopping rule (GPU MODE's, with a floor of MIN_RUNS so that the judge's clock has enough calls to
 # check): stop when the standard error of the mean is under 0.1 % of the mean, when the summed time
@@ -353,10 +357,10 @@ def protect_judge() -> None:
 # its own domain. Rights: file writes, removals, creations, rename/link across dirs (ABI 2), truncation
 # (ABI 3), device ioctls (ABI 5).
 _LL_WRITE_RIGHTS = ((1, (1 << 1) | (1 << 4) | (1 << 5) | (0x7F << 6)), (2, 1 << 13), (3, 1 << 14), (5, 1 << 15))
-_LL_SCOPE_SIGNAL_AND_SOCKETS = 0b11  # ABI 6
-# Of those, what writing into existing files takes (WRITE_FILE, TRUNCATE, IOCTL_DEV): the rights under /dev,
-# whose device nodes the CUDA driver opens for writing, so that no entry there can be removed, renamed
-# over or added (a regular file in place of /dev/null would outlive the run); /dev/shm has them all.
+_LL_SCOPE_SOCKETS, _LL_SCOPE_SIGNALS = 0b01, 0b10  # ABI 6: abstract unix sockets, signals
+# Of those, what writing into existing files takes (WRITE_FILE, TRUNCATE, IOCTL_DEV): the rights on the
+# devices a worker opens (WORKER_DEVICES), so that no entry of /dev can be removed, renamed over or added
+# (a regular file in place of /dev/null would outlive the run); /dev/shm has them all.
 _LL_FILE_RIGHTS = (1 << 1) | (1 << 14) | (1 << 15)
 
 
@@ -370,12 +374,23 @@ class _LandlockPathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: bool = True,
-                   files_only: tuple[str, ...] = ("/dev",)) -> list[str]:
+# The device files a worker may open for writing (and ioctl): the null devices, random, its terminal, and the
+# GPU's (the CUDA driver's /dev/nvidia*). Not the rest of /dev (/dev/kvm, /dev/userfaultfd, disks).
+WORKER_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx",
+                  "/dev/pts", "/dev/nvidia*")
+
+
+def worker_devices() -> tuple[str, ...]:
+    return tuple(p for pattern in WORKER_DEVICES for p in sorted(glob.glob(pattern)))
+
+
+def confine_worker(writable: list[str], under_ncu: bool = False, lowest_priority: bool = True,
+                   files_only: tuple[str, ...] | None = None) -> list[str]:
     """Run in the worker before it imports torch or the submission; returns what holds, in words.
-    writable: folders it may write anything under; files_only: folders whose existing files it may write
-    (_LL_FILE_RIGHTS), adding, removing and renaming nothing there (outside the writable folders).
-    landlock=False under a profiler (ncu), whose injected library must reach the profiler's process.
+    writable: folders it may write anything under; files_only: files, or folders of files, it may write
+    (_LL_FILE_RIGHTS: adding, removing and renaming nothing there), by default worker_devices().
+    under_ncu: under the profiler, whose library in the worker shares a temp folder with the profiler's
+    process (TMPDIR, else /tmp: writable too) and may reach it by an abstract socket (not scoped).
     lowest_priority: nice 19 for the submission's worker (and every process it starts), which it cannot
     undo without capabilities, so that work it does between its calls cannot crowd out the judge or the
     null submission while they measure the protocol's overhead (the baseline its times are checked
@@ -405,10 +420,6 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
         held.append("no capabilities")
     libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     held.append(_install_syscall_filter(libc))
-    if not landlock:
-        held.append("under ncu (POPCORN_NCU): not Landlock-confined, so that the profiler's injection works; "
-                    "profile mode checks and ranks nothing")
-        return held
     abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # landlock_create_ruleset(VERSION)
     if abi < 1:
         held.append("no Landlock on this kernel: the submission's process can write what this user can "
@@ -417,14 +428,18 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
     rights = 0
     for min_abi, bits in _LL_WRITE_RIGHTS:
         rights |= bits if abi >= min_abi else 0
-    attr = _LandlockRulesetAttr(rights, 0, _LL_SCOPE_SIGNAL_AND_SOCKETS if abi >= 6 else 0)
+    scope = 0 if abi < 6 else _LL_SCOPE_SIGNALS if under_ncu else _LL_SCOPE_SIGNALS | _LL_SCOPE_SOCKETS
+    attr = _LandlockRulesetAttr(rights, 0, scope)
+    if under_ncu:
+        writable = [*writable, os.environ.get("TMPDIR") or "/tmp"]
     ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
     if ruleset < 0:
         raise RuntimeError(f"landlock_create_ruleset: {os.strerror(ctypes.get_errno())}")
     try:
+        files_only = worker_devices() if files_only is None else files_only
         for path, allowed in [(p, rights) for p in writable] + [(p, rights & _LL_FILE_RIGHTS) for p in files_only]:
-            if not os.path.isdir(path):
-                continue
+            if not os.path.isdir(path) and (allowed != rights & _LL_FILE_RIGHTS or not os.path.exists(path)):
+                continue  # a rule on a file takes file rights only
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             try:
                 rule = _LandlockPathBeneath(allowed, fd)
@@ -436,10 +451,11 @@ def confine_worker(writable: list[str], landlock: bool = True, lowest_priority: 
             raise RuntimeError(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(ruleset)
-    held.append(f"Landlock ABI {abi}: writes only under its sandbox, /dev/shm and its own /proc, and into /dev's "
-                f"devices (adding or removing nothing there), no ptrace or /proc access to "
+    held.append(f"Landlock ABI {abi}: writes only under its sandbox, /dev/shm and its threads' /proc, and into "
+                f"the null, random, terminal and GPU devices (adding or removing nothing in /dev), no ptrace or /proc access to "
                 f"the judge" + (", no signals to it" if abi >= 6 else
-                                " (this kernel cannot scope signals: the submission can signal the judge)"))
+                                " (this kernel cannot scope signals: the submission can signal the judge)")
+                + ("; under ncu (POPCORN_NCU) its temp folder is writable too, the profiler's" if under_ncu else ""))
     return held
 
 
@@ -1014,32 +1030,6 @@ _RELEASE_PTX = r"""
     ret;
 }
 """
-
-
-# The judge's quiet probe: one thread reads %globaltimer for a given time and writes the largest step
-# between two reads. A step of more than a microsecond or so is a time slice the GPU gave to another
-# context.
-_QUIET_PROBE_PTX = r"""
-.visible .entry eval_quiet_probe(.param .u64 out, .param .u64 duration_ns)
-{
-    .reg .pred %p<2>;
-    .reg .b64 %rd<8>;
-    ld.param.u64 %rd0, [out];
-    ld.param.u64 %rd1, [duration_ns];
-    mov.u64 %rd2, %globaltimer;
-    add.u64 %rd3, %rd2, %rd1;
-    mov.u64 %rd4, 0;
-READ:
-    mov.u64 %rd5, %globaltimer;
-    sub.u64 %rd6, %rd5, %rd2;
-    max.u64 %rd4, %rd4, %rd6;
-    mov.u64 %rd2, %rd5;
-    setp.lt.u64 %p0, %rd5, %rd3;
-    @%p0 bra READ;
-    st.global.u64 [%rd0], %rd4;
-    ret;
-}
-"""
 GATE_AT, GATE_RELEASED_AT = 0, 8  # byte offsets in the judge's page: its gate's count; the release's count
 
 
@@ -1073,6 +1063,32 @@ def output_digest(torch, flat):
     if whole < flat.numel():
         digest = digest + flat[whole:].sum(dtype=torch.int64)
     return digest.reshape(1)
+
+
+# The judge's quiet probe: one thread reads %globaltimer for a given time and writes the largest step
+# between two reads. A step of more than a microsecond or so is a time slice the GPU gave to another
+# context.
+_QUIET_PROBE_PTX = r"""
+.visible .entry eval_quiet_probe(.param .u64 out, .param .u64 duration_ns)
+{
+    .reg .pred %p<2>;
+    .reg .b64 %rd<8>;
+    ld.param.u64 %rd0, [out];
+    ld.param.u64 %rd1, [duration_ns];
+    mov.u64 %rd2, %globaltimer;
+    add.u64 %rd3, %rd2, %rd1;
+    mov.u64 %rd4, 0;
+READ:
+    mov.u64 %rd5, %globaltimer;
+    sub.u64 %rd6, %rd5, %rd2;
+    max.u64 %rd4, %rd4, %rd6;
+    mov.u64 %rd2, %rd5;
+    setp.lt.u64 %p0, %rd5, %rd3;
+    @%p0 bra READ;
+    st.global.u64 [%rd0], %rd4;
+    ret;
+}
+"""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1323,9 +1339,10 @@ class WorkerSession:
     def setup(self) -> None:
         """Confinement first, before any code but this file's runs; then torch and the device."""
         self.sandbox = Path.cwd()
-        # /proc/self: the CUDA driver writes its own process's files there (thread names).
-        confinement = confine_worker([str(self.sandbox), "/dev/shm", os.path.realpath("/proc/self"),
-                                      os.environ.get("TRITON_CACHE_DIR", "")], landlock=not self.under_ncu,
+        # /proc/self/task: the CUDA driver names its threads there. Not the rest of /proc/self: its autogroup
+        # file would let it raise its scheduling group's priority back from nice 19.
+        confinement = confine_worker([str(self.sandbox), "/dev/shm", os.path.realpath("/proc/self/task"),
+                                      os.environ.get("TRITON_CACHE_DIR", "")], under_ncu=self.under_ncu,
                                      lowest_priority=self.role != "null")
         import torch  # before the sandbox is on sys.path: no module an earlier worker left there runs in set-up
 
@@ -2004,19 +2021,38 @@ class Judge:
                  other: Path | None = None, warden: Warden | None = None):
         self.report = report
         WorkerProcess.warden = warden
-        self.sandbox = Sandbox(problem, submission, under_ncu, other)
-        # The null submission runs from a sandbox of its own, which the submission's worker (Landlock: writes
-        # only under its own sandbox) cannot rewrite: a null importing rewritten modules could be made slow,
-        # and the baseline that reported times are checked against with it.
-        self.null_sandbox = Sandbox(problem, None) if timed else None
-        for box in (self.sandbox, self.null_sandbox):
-            if box is not None and warden is not None:
+        self.sandboxes, self.workers_started = [], []
+        try:
+            self._start(problem, submission, timed, under_ncu, other, warden)
+        except BaseException:  # nothing of a judge that could not start outlives it
+            for w in self.workers_started:
+                w.stop()
+            self.remove_sandboxes()
+            raise
+
+    def _start(self, problem: Path, submission: Path, timed: bool, under_ncu: bool, other: Path | None,
+               warden: Warden | None) -> None:
+        def sandbox(*args) -> Sandbox:
+            box = Sandbox(*args)
+            self.sandboxes.append(box)
+            if warden is not None:
                 warden.tell(f"dir {box.dir}")
+            return box
+
+        # Each worker runs in a sandbox of its own, which no other worker (Landlock: each writes only under its
+        # own) can rewrite. The null's: a null importing rewritten modules could be made slow, and the baseline
+        # that reported times are checked against with it. compare's B's: A, whose code runs first, could
+        # otherwise rewrite B's submission or the modules B imports before B imports them.
+        self.sandbox = sandbox(problem, submission, under_ncu)
+        self.null_sandbox = sandbox(problem, None) if timed else None
+        other_sandbox = sandbox(problem, None, under_ncu, other) if other is not None else None
         # The workers import torch while the judge does (they set themselves up unprompted).
+        report = self.report
         self.worker = WorkerProcess(self.sandbox, "submission", report)
         self.null = WorkerProcess(self.null_sandbox, "null", report) if timed else None
-        self.other = WorkerProcess(self.sandbox, "other", report) if other is not None else None
+        self.other = WorkerProcess(other_sandbox, "other", report) if other is not None else None
         for w in self.workers:
+            self.workers_started.append(w)
             w.spawn()
         import torch
         import reference
@@ -2117,9 +2153,8 @@ class Judge:
     def remove_sandboxes(self) -> None:
         """After the last result line (close() has ended every process): a sandbox the submission filled
         with a million entries takes a while to remove, and that must not hold the report back."""
-        for sandbox in (self.sandbox, self.null_sandbox):
-            if sandbox is not None:
-                sandbox.remove()
+        for sandbox in self.sandboxes:
+            sandbox.remove()
 
     # -- inputs ------------------------------------------------------------------------------
     def prepare(self, data, form_too: bool) -> Prepared:
@@ -2304,6 +2339,10 @@ class Judge:
         null_early, whether it waits for its release like a call that had not returned in time."""
         self._step()
         self._map(worker, prep, deadline)
+        if worker is not self.null:  # as confined as at its start (its priority above all) at every call
+            unconfined = worker._not_as_confined()
+            if unconfined:
+                raise CaseFailure(f"the submission's process is no longer confined as it was: {unconfined}")
         worker.seq += 1
         seq = worker.seq
         views = prep.layout.views(worker.arena.tensor)
@@ -2602,6 +2641,7 @@ class Report:
         self.lock = threading.Lock()
         self.relayed = 0
         self.cases = []  # one dict per case, for --json
+        self.checked = False  # whether the verdict line is out
 
     def skipped(self, key: str, case: "TestCase", why: str, line: str) -> None:
         """A case that could not run here: `key` its protocol prefix (test.N, benchmark.N, or '' for none),
@@ -2616,7 +2656,9 @@ class Report:
         self.cases.append(case)
 
     def log(self, key, value):
-        if self.fd_file is not None:
+        if key == "check":
+            self.checked = True
+        if self.fd_file is not None and not self.fd_file.closed:
             print(f"{key}: {value}", file=self.fd_file, flush=True)
 
     def say(self, text=""):
@@ -3089,17 +3131,30 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
 # ---------------------------------------------------------------------------------------------
 class FileGuard:
     """The problem's files and this harness as they were when the run began, bytes and metadata, and the
-    interpreter's metadata: a run during which any of them changed fails, naming them (they are not put
+    interpreter's metadata and start-up files (startup_files): a run during which any of them changed fails, naming them (they are not put
     back: the change may be a person's edit). Metadata too, because Landlock does not rule it: a worker of
     the files' owner can chmod, chown to a group of its own, set times and extended attributes."""
 
     def __init__(self, problem: Path):
         paths = {Path(__file__).resolve(), ROOT / "utils.py"}
         paths.update(p for p in problem.iterdir() if p.suffix in (".py", ".yml") and p.name != "submission.py")
+        paths.update(self.startup_files())
         self.saved = {p: (p.read_bytes(), self._metadata(p)) for p in paths if p.is_file()}
         interpreter = Path(sys.executable).resolve() if sys.executable else None
         if interpreter is not None and interpreter.is_file():
             self.saved[interpreter] = (None, self._metadata(interpreter))
+
+    @staticmethod
+    def startup_files() -> set[Path]:
+        """The files any Python started from this interpreter runs before its script (the judge's next run
+        too): .pth files, sitecustomize and usercustomize, in every folder on the module path."""
+        found = set()
+        for entry in sys.path:
+            folder = Path(entry or ".")
+            if folder.is_dir():
+                found.update(p.resolve() for pattern in ("*.pth", "sitecustomize.py", "usercustomize.py")
+                             for p in folder.glob(pattern))
+        return found
 
     @staticmethod
     def _metadata(path: Path) -> tuple:
@@ -3121,6 +3176,7 @@ class FileGuard:
                 same = False
             if not same:
                 changed.append(str(path))
+        changed += sorted(str(p) for p in self.startup_files() - set(self.saved))  # added during the run
         return changed
 
 
@@ -3233,6 +3289,37 @@ def main(argv=None) -> int:
     limit_key = {"test": "test_timeout", "leaderboard": "ranked_timeout"}.get(args.mode, "benchmark_timeout")
 
     report = Report(fd_file)
+    on_term = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        return run_mode(args, problem, submission, other, seed, task, raw, limit_key, report, started)
+    except (Exception, RunStopped, KeyboardInterrupt) as e:
+        # Whatever stops the run, it ends in a verdict: a failed one, with the reason.
+        stopped = not isinstance(e, Exception)
+        why = (f"the run was stopped ({'SIGTERM' if isinstance(e, RunStopped) else 'SIGINT'})" if stopped else
+               f"the judge itself failed: {type(e).__name__}: {e}")
+        if not stopped:
+            traceback.print_exc()
+        if not report.checked:
+            report.say(f"\nFAIL: {why}")
+            report.log("error", _first_line(why))
+            report.log("check", "fail")
+        return EXIT_STOPPED if stopped else EXIT_JUDGE_ERROR
+    finally:
+        signal.signal(signal.SIGTERM, on_term)
+        if fd_file is not None:
+            fd_file.close()
+
+
+class RunStopped(BaseException):
+    """SIGTERM (a runner's time limit): raised in the judge's main thread, so that its cleanup runs."""
+
+
+def _stopped(signum, frame):
+    raise RunStopped()
+
+
+def run_mode(args, problem: Path, submission: Path, other: Path | None, seed, task: dict, raw: list,
+             limit_key: str, report: Report, started: float) -> int:
     guard = FileGuard(problem)
     # kernelbot runs profile mode under `ncu --nvtx-include custom_kernel/` with POPCORN_NCU=1.
     under_ncu = args.mode == "profile" and os.environ.pop("POPCORN_NCU", "0").strip().lower() in ("1", "true", "yes")
@@ -3242,55 +3329,61 @@ def main(argv=None) -> int:
         judge = Judge(problem, submission, report, timed=args.mode in ("benchmark", "leaderboard", "compare"),
                       under_ncu=under_ncu, other=other, warden=warden)
         try:
-            validate_cases(raw, judge.reference.generate_input, args.tests_file or str(problem / "task.yml"))
-        except DefinitionError as e:
-            judge.close()
-            judge.remove_sandboxes()
-            print(f"eval.py: {e}", file=sys.stderr)
-            return EXIT_BAD_TESTS
-        cases = make_cases(raw, seed)
-        clock = RunClock(float(task[limit_key]), limit_key, per_case=not judge.cuda, started=started)
-        outcome = Outcome(False, [])
-        try:
-            try:
-                judge.ensure_started(judge.worker, clock.start())
-            except CaseFailure as e:
-                report.say(f"eval.py: the worker could not start: {e}")
-            else:
-                report.say(f"{args.mode}: {os.path.relpath(submission)} on {judge.describe()}"
-                           + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases")
-                report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
-                judge.weigh_machine()
-                if args.mode == "test":
-                    outcome = run_tests(report, judge, cases, clock)
-                elif args.mode == "compare":
-                    outcome = run_compare(report, judge, cases, clock, (str(args.submission), str(args.other)))
-                elif args.mode == "profile":
-                    outcome = run_profiles(report, judge, cases, clock)
-                else:
-                    outcome = run_benchmarks(report, judge, cases, clock, ranked=args.mode == "leaderboard")
+            return judge_run(args, judge, report, guard, seed, task, raw, limit_key, started, problem, submission)
         finally:
-            judge.close()  # every process the worker started is gone before the last result line
-        try:
-            changed = guard.changed()
-            if changed:
-                outcome = Outcome(False, [f"\nFAIL: these files of the judge changed during the run: {', '.join(changed)}"])
-            for line in outcome.summary:
-                report.say(line)
-            if args.json:
-                try:
-                    write_json(args.json, args, judge, report, outcome, seed)
-                except OSError as e:  # a full disk, say: the run still ends with a verdict, a failed one
-                    outcome = Outcome(False, [f"FAIL: the results could not be written to {args.json}: {e}"])
-                    report.say(outcome.summary[0])
-            report.log("check", "pass" if outcome.ok else "fail")
-            if fd_file is not None:
-                fd_file.close()
-        finally:
+            judge.close()  # (again, on the paths that did not get that far)
             judge.remove_sandboxes()
-        return EXIT_OK if outcome.ok else EXIT_FAIL
     finally:
         warden.done()
+
+
+def judge_run(args, judge: "Judge", report: Report, guard: "FileGuard", seed, task: dict, raw: list,
+              limit_key: str, started: float, problem: Path, submission: Path) -> int:
+    """The mode itself, once the judge has started: its cases, the verdict, the JSON. (run_mode closes the
+    judge and removes its sandboxes whatever happens here.)"""
+    try:
+        validate_cases(raw, judge.reference.generate_input, args.tests_file or str(problem / "task.yml"))
+    except DefinitionError as e:
+        print(f"eval.py: {e}", file=sys.stderr)
+        return EXIT_BAD_TESTS
+    cases = make_cases(raw, seed)
+    clock = RunClock(float(task[limit_key]), limit_key, per_case=not judge.cuda, started=started)
+    outcome = Outcome(False, [])
+    try:
+        try:
+            judge.ensure_started(judge.worker, clock.start())
+        except CaseFailure as e:
+            report.say(f"eval.py: the worker could not start: {e}")
+        else:
+            report.say(f"{args.mode}: {os.path.relpath(submission)} on {judge.describe()}"
+                       + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases")
+            report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
+            judge.weigh_machine()
+            if args.mode == "test":
+                outcome = run_tests(report, judge, cases, clock)
+            elif args.mode == "compare":
+                outcome = run_compare(report, judge, cases, clock, (str(args.submission), str(args.other)))
+            elif args.mode == "profile":
+                outcome = run_profiles(report, judge, cases, clock)
+            else:
+                outcome = run_benchmarks(report, judge, cases, clock, ranked=args.mode == "leaderboard")
+    finally:
+        judge.close()  # every process the worker started is gone before the last result line
+    changed = guard.changed()
+    if changed:
+        outcome = Outcome(False, [f"\nFAIL: these files of the judge changed during the run: {', '.join(changed)}"])
+    for line in outcome.summary:
+        report.say(line)
+    if args.json:
+        try:
+            write_json(args.json, args, judge, report, outcome, seed)
+        except OSError as e:  # a full disk, say: the run still ends with a verdict, a failed one
+            outcome = Outcome(False, [f"FAIL: the results could not be written to {args.json}: {e}"])
+            report.say(outcome.summary[0])
+    report.log("check", "pass" if outcome.ok else "fail")
+    if report.fd_file is not None:
+        report.fd_file.close()  # the last result line: before the sandboxes go, which can take a while
+    return EXIT_OK if outcome.ok else EXIT_FAIL
 
 
 if __name__ == "__main__":

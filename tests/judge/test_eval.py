@@ -417,6 +417,15 @@ def test_compare_tells_a_slower_copy_from_the_same_submission(problem, one_case)
     assert 0.9 < ratio < 1.1 and lo <= 1.0 <= hi and "no difference the run can tell" in out  # the same file twice
 
 
+def test_compare_runs_each_side_in_a_sandbox_the_other_cannot_write(problem, one_case):
+    """A rewrites B's submission and the reference beside it before B has run (A's first call comes first):
+    each side has its own sandbox, and (Landlock) writes only in its own, so B runs as B wrote it."""
+    out, ratio, lo, hi = _compare(problem, "rewrites_the_other_side", "honest_bf16", one_case)
+    if "Landlock" not in out:
+        pytest.skip("no Landlock on this kernel: a worker is not kept out of another's sandbox")
+    assert "LEAK" not in out and "A is faster" not in out and ratio > 0.8, out
+
+
 def test_compare_gives_a_and_b_the_same_turns():
     """What a call follows changes its time (a null call before it, or one null call before another), so
     over compare's pairs A and B each come as often first in a pair, right after a null call, and first
@@ -650,7 +659,51 @@ def test_nothing_can_be_added_to_dev_but_its_devices_and_dev_shm_stay_writable(p
     code, out, err, log, _ = run_eval(problem, "test", submission="adds_files_to_dev", extra=[one_case], popcorn=True)
     assert code == 0 and log["check"] == "pass", out + err
     if "Landlock ABI" in out:
-        assert "LEAK" not in out and out.count("refused:") == 2 and "wrote /dev/null and /dev/shm" in out, out
+        devices = sum(os.path.exists(d) for d in ("/dev/kvm", "/dev/userfaultfd"))
+        assert "LEAK" not in out and out.count("refused:") == 2 + devices and "wrote /dev/null and /dev/shm" in out, out
+
+
+@pytest.mark.parametrize("mode", ["test", "profile"])
+def test_the_submission_cannot_plant_code_in_the_judges_python(problem, one_case, mode):
+    """Every mode is confined alike: no worker may add a .pth file to the interpreter's site-packages."""
+    code, out, err, log, _ = run_eval(problem, mode, submission="plants_code_in_the_judges_python",
+                                      extra=[one_case], popcorn=True)
+    assert code == 0 and "refused: a .pth file" in out or "Landlock ABI" not in out, out + err
+    if "Landlock ABI" in out:
+        assert "LEAK" not in out, out
+
+
+def test_the_judge_notices_its_pythons_start_up_files_change(tmp_path, monkeypatch):
+    """FileGuard: a .pth file added to, or changed in, a folder of the module path during the run (code the
+    judge's next run would start with) fails the run, named."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "kept.pth").write_text("/nowhere\n")
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    problem = tmp_path / "problem"
+    problem.mkdir()
+    guard = harness.FileGuard(problem)
+    assert guard.changed() == []
+    (site / "added.pth").write_text("import os\n")
+    (site / "sitecustomize.py").write_text("print('started')\n")
+    assert guard.changed() == sorted([str(site / "added.pth"), str(site / "sitecustomize.py")])
+    (site / "added.pth").unlink()
+    (site / "sitecustomize.py").unlink()
+    (site / "kept.pth").write_text("import os\n")
+    assert guard.changed() == [str(site / "kept.pth")]
+
+
+def test_the_submission_cannot_raise_its_scheduling_groups_priority(problem, one_case):
+    """nice 19 holds for the worker's whole session (sched_autogroup): its /proc/self/autogroup is out of its
+    reach (Landlock), and the judge checks the worker's priority before every timed call."""
+    code, out, err, log, _ = run_eval(problem, "leaderboard", submission="raises_its_priority_between_calls",
+                                      extra=[one_case], popcorn=True)
+    if "autogroup nice 19" not in out:
+        pytest.skip("no sched_autogroup on this kernel")
+    if "Landlock ABI" in out:
+        assert code == 0 and "LEAK" not in out and "refused: autogroup" in out, out + err
+    else:  # the judge sees it at the next call
+        assert code == 112 and "no longer confined" in out, out + err
 
 
 def test_the_null_submissions_files_are_out_of_reach(problem, one_case):
@@ -765,6 +818,54 @@ def test_results_that_cannot_be_written_still_end_in_a_verdict(problem, one_case
     code, out, err, log, _ = run_eval(problem, "test", extra=[one_case, "--json", str(target)], popcorn=True)
     assert code == 112 and log["check"] == "fail" and "could not be written" in out, out + err
     assert "Traceback" not in err and not target.exists(), err
+
+
+def _verdict_of(cmd, env, on_header=None, timeout=120):
+    """Runs a judge command line with POPCORN_FD; on_header(proc) once it has printed its `worker:` line.
+    Returns (exit code, stdout, stderr, POPCORN_FD lines as a dict)."""
+    read_fd, write_fd = os.pipe()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")}, **env, "POPCORN_FD": str(write_fd)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            pass_fds=(write_fd,))
+    os.close(write_fd)
+    try:
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if on_header is not None and line.startswith("worker:"):
+                on_header(proc)
+        err = proc.stderr.read()
+        proc.wait(timeout=timeout)
+        with os.fdopen(read_fd) as f:
+            log = dict(line.split(": ", 1) for line in f.read().splitlines() if ": " in line)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, "".join(out), err, log
+
+
+def test_a_stopped_run_still_ends_in_a_verdict(problem, one_case, tmp_path):
+    """SIGTERM (a runner's limit) mid-run: the judge ends its workers, removes its sandboxes and says
+    `check: fail` with the reason, exit 115."""
+    cmd = [sys.executable, str(ROOT / "eval.py"), "test", one_case, "--problem", str(problem), "--submission",
+           str(problem / "hangs.py")]
+    code, out, err, log = _verdict_of(cmd, {"TMPDIR": str(tmp_path)},
+                                      on_header=lambda proc: (time.sleep(1), proc.send_signal(signal.SIGTERM)))
+    assert code == harness.EXIT_STOPPED and log["check"] == "fail" and "SIGTERM" in log["error"], out + err
+    assert "Traceback" not in err and not list(tmp_path.glob("eval-sandbox-*")), err
+
+
+def test_the_judges_own_failure_still_ends_in_a_verdict(problem, one_case):
+    """An exception in the judge's own code (here planted in its test loop) fails the run with the reason on
+    POPCORN_FD, exit 114, and the traceback on stderr for whoever maintains the judge."""
+    script = ("import sys; sys.path.insert(0, sys.argv.pop(1)); import eval\n"
+              "def broken(*a, **k): raise RuntimeError('planted fault')\n"
+              "eval.run_tests = broken\nsys.exit(eval.main(sys.argv[1:]))\n")
+    cmd = [sys.executable, "-c", script, str(ROOT), "test", one_case, "--problem", str(problem), "--submission",
+           str(problem / "honest_bf16.py")]
+    code, out, err, log = _verdict_of(cmd, {})
+    assert code == harness.EXIT_JUDGE_ERROR and log["check"] == "fail", out + err
+    assert "planted fault" in log["error"] and "RuntimeError: planted fault" in err, out + err
 
 
 def test_malformed_messages_fail_as_the_submissions(problem):

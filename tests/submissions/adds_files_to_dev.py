@@ -1,8 +1,9 @@
 """Hostile: /dev is writable for the worker (the CUDA driver writes its device nodes), and a worker of the
 same user as /dev's owner could add, remove or rename over its entries (a regular file in place of
 /dev/null outlives the run). Tries to add a file and a FIFO to /dev (what replacing an entry takes), and
-prints what it could (and removes it again); then writes /dev/null and makes a file in /dev/shm, which it
-still may. Its answers are the reference's."""
+to open devices no submission needs (/dev/kvm, /dev/userfaultfd: a hypervisor, page-fault handling), and
+prints what it could (and removes what it added); then writes /dev/null and makes a file in /dev/shm, which
+it still may. Its answers are the reference's."""
 import os
 
 from reference import ref_kernel
@@ -19,6 +20,13 @@ def _attack():
             os.unlink(path)
         except OSError as e:
             print(f"refused: {what} in /dev ({e.strerror})", flush=True)
+    for device in ("/dev/kvm", "/dev/userfaultfd"):
+        if os.path.exists(device):
+            try:
+                os.close(os.open(device, os.O_RDWR))
+                print(f"LEAK: opened {device} to write", flush=True)
+            except OSError as e:
+                print(f"refused: opening {device} ({e.strerror})", flush=True)
     with open("/dev/null", "w") as f:
         f.write("still writable\n")
     if os.path.isdir("/dev/shm"):
