@@ -462,9 +462,10 @@ def confine_worker(writable: list[str], under_ncu: bool = False, lowest_priority
 # seccomp (Linux), in the worker and in everything it starts. setsid and setpgid fail (EPERM), so that all of
 # them stay in the worker's process group, which the judge kills as one: a group kill cannot be outrun by
 # forking (a fork under way when it arrives does not complete), where a search of /proc for descendants
-# can be by a chain of processes that each fork and exit. prlimit64 and ioprio_set fail unless they name
-# the caller (pid / who 0): the judge runs as the same user, and lowering its limits (RLIMIT_CPU,
-# RLIMIT_NOFILE) or its I/O priority would kill it or fail its work; neither Landlock nor the judge's
+# can be by a chain of processes that each fork and exit. The calls that set another process's limits,
+# priorities, CPUs or scheduling fail unless they name the caller (_SELF_ONLY_CALLS): the judge runs as
+# the same user, and lowering its limits (RLIMIT_CPU, RLIMIT_NOFILE) would kill it or fail its work, and
+# its priority or CPUs slow the host that watches its clock; neither Landlock nor the judge's
 # non-dumpable flag rules them. The kernel keyrings and the SysV and POSIX message queues fail: state there
 # outlives the run and is no path, so Landlock does not rule it, and no submission needs it.
 # Syscall numbers by audit arch.
@@ -473,17 +474,21 @@ _DENIED_CALLS = {  # setsid, setpgid, add_key, request_key, keyctl, msgget, mq_o
     0x40000003: (66, 57, 286, 287, 288, 399, 277),    # i386
     0xC00000B7: (157, 154, 217, 218, 219, 186, 180),  # aarch64
 }
-_SELF_ONLY_CALLS = {  # (prlimit64, its pid argument), (ioprio_set, its who argument)
-    0xC000003E: ((302, 0), (251, 1)),
-    0x40000003: ((340, 0), (289, 1)),
-    0xC00000B7: ((261, 0), (30, 1)),
+# (call, its target argument): prlimit64 (pid), ioprio_set (who), setpriority (who), sched_setaffinity,
+# sched_setscheduler, sched_setparam, sched_setattr (pid). Refused unless the target is 0, the caller (its
+# process group for setpriority's PRIO_PGRP): the judge runs as the same user, and its CPUs, priority and
+# policy are the worker's to set otherwise (its host watches the clock's end).
+_SELF_ONLY_CALLS = {
+    0xC000003E: ((302, 0), (251, 1), (141, 1), (203, 0), (144, 0), (142, 0), (314, 0)),
+    0x40000003: ((340, 0), (289, 1), (97, 1), (241, 0), (156, 0), (154, 0), (351, 0)),
+    0xC00000B7: ((261, 0), (30, 1), (140, 1), (122, 0), (119, 0), (118, 0), (274, 0)),
 }
-# (call, argument, value) refused whatever else: ioprio_set's `which` IOPRIO_WHO_USER, whose `who` 0 means
-# every process of the caller's user (the judge's among them), not the caller.
+# (call, argument, value) refused whatever else: ioprio_set's `which` IOPRIO_WHO_USER and setpriority's
+# PRIO_USER, whose `who` 0 means every process of the caller's user (the judge's among them).
 _DENIED_WHEN = {
-    0xC000003E: ((251, 0, 3),),
-    0x40000003: ((289, 0, 3),),
-    0xC00000B7: ((30, 0, 3),),
+    0xC000003E: ((251, 0, 3), (141, 0, 2)),
+    0x40000003: ((289, 0, 3), (97, 0, 2)),
+    0xC00000B7: ((30, 0, 3), (140, 0, 2)),
 }
 _X32_SYSCALL_BIT = 0x40000000
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
@@ -544,8 +549,8 @@ def _install_syscall_filter(libc) -> str:
     if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         return (f"no seccomp ({os.strerror(ctypes.get_errno())}): a process it starts can leave its process "
                 f"group; the judge then finds it in /proc")
-    return ("seccomp: it and what it starts stay in its process group, set no other process's limits or I/O "
-            "priority, and have no keyrings or message queues")
+    return ("seccomp: it and what it starts stay in its process group, set no other process's limits, "
+            "priorities, CPUs or scheduling, and have no keyrings or message queues")
 
 
 def _read_or_empty(path: str) -> str:
@@ -1694,6 +1699,10 @@ class Sandbox:
                 cache = None
         if not cache:
             env["TRITON_CACHE_DIR"] = str(self.dir / "cache" / "triton")
+        # torch.compile's cache is the sandbox's whatever the host says (its default is under TMPDIR, the
+        # sandbox's too): a folder the runner names may not be the worker's to write, and what one run's
+        # worker leaves there would be loaded by the next.
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(self.dir / "cache" / "inductor")
         env["PYTHONUNBUFFERED"] = "1"
         self.env = env
 
@@ -2046,6 +2055,8 @@ class Judge:
         self.sandbox = sandbox(problem, submission, under_ncu)
         self.null_sandbox = sandbox(problem, None) if timed else None
         other_sandbox = sandbox(problem, None, under_ncu, other) if other is not None else None
+        if other_sandbox is not None:  # B compiles into its own cache: A may write a cache the runner names
+            other_sandbox.env["TRITON_CACHE_DIR"] = str(other_sandbox.dir / "cache" / "triton")
         # The workers import torch while the judge does (they set themselves up unprompted).
         report = self.report
         self.worker = WorkerProcess(self.sandbox, "submission", report)

@@ -426,6 +426,26 @@ def test_compare_runs_each_side_in_a_sandbox_the_other_cannot_write(problem, one
     assert "LEAK" not in out and "A is faster" not in out and ratio > 0.8, out
 
 
+def test_compare_gives_b_a_compile_cache_a_cannot_write(problem, one_case, tmp_path):
+    """Where the runner names a TRITON_CACHE_DIR, A may write there (kernels B would load, were it B's cache
+    too): B compiles into a cache of its own."""
+    (problem / "plants_in_the_cache.py").write_text(
+        "import os\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
+        "    open(os.path.join(os.environ['TRITON_CACHE_DIR'], 'planted'), 'w').close()\n    return ref_kernel(data)\n")
+    (problem / "finds_a_planted_kernel.py").write_text(
+        "import os\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
+        "    out = ref_kernel(data)\n"
+        "    return out * 0 if os.path.exists(os.path.join(os.environ['TRITON_CACHE_DIR'], 'planted')) else out\n")
+    cache = tmp_path / "runner_cache"
+    cmd = [sys.executable, str(ROOT / "eval.py"), "compare", str(problem / "plants_in_the_cache.py"),
+           str(problem / "finds_a_planted_kernel.py"), one_case, "--problem", str(problem)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**{k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")},
+                               "TRITON_CACHE_DIR": str(cache)})
+    assert (cache / "planted").exists()  # A wrote the runner's cache
+    assert proc.returncode == 0 and "geometric mean of A/B" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_compare_gives_a_and_b_the_same_turns():
     """What a call follows changes its time (a null call before it, or one null call before another), so
     over compare's pairs A and B each come as often first in a pair, right after a null call, and first
@@ -809,6 +829,20 @@ def test_a_compile_cache_named_but_not_made_yet_is_the_workers_to_write(problem,
                                       popcorn=True, env={"TRITON_CACHE_DIR": str(cache)})
     assert code == 0 and log["check"] == "pass", out + err
     assert (cache / "kernel.bin").read_text() == "compiled"
+
+
+def test_torch_compiles_cache_is_the_sandboxes_whatever_the_runner_names(problem, one_case, tmp_path):
+    """A TORCHINDUCTOR_CACHE_DIR the runner names (here one that does not exist) is neither what the worker
+    must write nor where a later run finds what this one compiled: the worker's is in its sandbox."""
+    (problem / "writes_the_inductor_cache.py").write_text(
+        "import os\nfrom pathlib import Path\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
+        "    d = Path(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n    d.mkdir(parents=True, exist_ok=True)\n"
+        "    (d / 'kernel.py').write_text('compiled')\n    assert d.resolve().is_relative_to(Path.cwd().resolve())\n"
+        "    return ref_kernel(data)\n")
+    runner_cache = tmp_path / "not" / "made"
+    code, out, err, log, _ = run_eval(problem, "test", submission="writes_the_inductor_cache", extra=[one_case],
+                                      popcorn=True, env={"TORCHINDUCTOR_CACHE_DIR": str(runner_cache)})
+    assert code == 0 and log["check"] == "pass" and not runner_cache.exists(), out + err
 
 
 def test_results_that_cannot_be_written_still_end_in_a_verdict(problem, one_case, tmp_path):

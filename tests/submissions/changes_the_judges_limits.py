@@ -1,8 +1,9 @@
 """Hostile: the judge (its parent) runs as the same user, so without a filter a worker may set the judge's
 resource limits: RLIMIT_CPU below what the judge has used kills it (SIGXCPU, then SIGKILL), and
 RLIMIT_NOFILE below what it holds open fails its next check. Tries both on its first call, and the
-judge's I/O priority (its own, and its user's: all of the user's processes), and prints what it could; its
-answers are the reference's."""
+judge's I/O priority (its own, and its user's: all of the user's processes), its CPU priority, the CPUs it
+may run on and its scheduling policy (to slow the host that watches the judge's
+clock), and prints what it could; its answers are the reference's."""
 import ctypes
 import os
 import platform
@@ -35,8 +36,21 @@ def _attack():
             print(f"refused: the user's I/O priority ({os.strerror(ctypes.get_errno())})", flush=True)
 
 
+def _attack_the_scheduling():
+    judge = os.getppid()
+    for what, call in (("CPU priority", lambda: os.setpriority(os.PRIO_PROCESS, judge, 19)),
+                       ("CPUs", lambda: os.sched_setaffinity(judge, {min(os.sched_getaffinity(judge))})),
+                       ("scheduling policy", lambda: os.sched_setscheduler(judge, os.SCHED_IDLE, os.sched_param(0)))):
+        try:
+            call()
+            print(f"LEAK: set the judge's {what}", flush=True)
+        except OSError as e:
+            print(f"refused: the judge's {what} ({e.strerror})", flush=True)
+
+
 def custom_kernel(data):
     if not _tried:
         _tried.append(True)
         _attack()
+        _attack_the_scheduling()
     return ref_kernel(data)
