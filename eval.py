@@ -2847,7 +2847,10 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         if problem:
             return problem
         timings.append(timing_gap(result.calls, result.nulls, band if judge.cuda else None))
-        problem = check_timings(timings, band)
+        # A process whose switches (or, on the CPU, whose null calls) ran slow is not the submission's doing:
+        # a second draw of processes; what fails is what both draws say.
+        problem = check_timings(timings, band) or (_baseline_problem(result.calls, result.nulls, first.floor_ns)
+                                                   if not judge.cuda else "")
         if not problem:
             break
     else:
@@ -2859,12 +2862,6 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     used_calls = fastest(times)
     used = [times[i] for i in used_calls]
     stats = result.stats = dataclasses.asdict(calculate_stats(used))
-    reported = [kept[i].device_ns for i in used_calls if not kept[i].early]  # the calls ranked
-    if not judge.cuda and reported and stats["mean"] < 0.25 * sum(reported) / len(reported):
-        # an honest call's time on the judge's clock, less the null's overhead, is about what it reports
-        return (f"the submission's process reports its calls as taking {_fmt_ns(sum(reported) / len(reported))} "
-                f"each and the judge's clock, less the null submission's overhead, saw {_fmt_ns(stats['mean'])}: "
-                f"the report or the baseline cannot be trusted")
     host = [c.host_ns for c in kept if math.isfinite(c.host_ns)]
     stats["host"] = sum(host) / len(host) if judge.cuda and host else float("nan")  # as the worker measured it
     stats["floor"] = first.floor_ns if first.floor_ns is not None else float("nan")
@@ -2880,6 +2877,24 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     stats["retimed"] = attempt
     stats["late_holds"] = judge.worker.late_holds - late_holds
     return ""
+
+
+def _baseline_problem(calls: list, nulls: list, floor_ns: float | None) -> str:
+    """On the CPU, where the judge's clock is ranked: '' unless the calls' ranked mean (the judge's clock
+    less the null's overhead) is under a quarter of what they report, which an honest call's is not (about
+    what it reports) and a null baseline inflated by the submission's doing is."""
+    kept = ranked_calls(calls)
+    times = [t for t, _ in rank_calls(kept, nulls, False, floor_ns=floor_ns or 0.0)]
+    used = fastest(times)
+    reported = [kept[i].device_ns for i in used if not kept[i].early]
+    if not reported:
+        return ""
+    ranked, claimed = sum(times[i] for i in used) / len(used), sum(reported) / len(reported)
+    if ranked >= 0.25 * claimed:
+        return ""
+    return (f"the submission's process reports its calls as taking {_fmt_ns(claimed)} each and the judge's "
+            f"clock, less the null submission's overhead, saw {_fmt_ns(ranked)}: the report or the baseline "
+            f"cannot be trusted")
 
 
 def _timing_loop(judge: Judge, case: TestCase, prep: Prepared, clock: "RunClock", share_s: float, ranked: bool,
