@@ -105,16 +105,13 @@ WARMUP_CALLS = 3
 # what the judge saw of the call; a report may lie under it by at most a band, band(t) = abs_ns + rel * t
 # for a call reported at t (Band).
 #
-# The band is what the judge can tell apart, measured on the H200 with tools/judge_resolution.py
-# (docs/judge_resolution_h200.md: the shipped submissions and two null processes, both kits, rounds of
-# fresh processes). The GPU switches between the judge's and the worker's contexts twice a call, ~155 us
-# each way, and how long that takes differs from one process to the next and with the call's work: an
-# honest case's mean gap to the null read from -4.4 to +8.2 us, two null processes running the same code
-# differed by up to 8.4 us, and the per-call spread is 3.6-5.6 us. 6 us + 10 % keeps every honest gap
-# measured inside it (the closest, +6.8 us at 41.6 us against 10.2) and fails a report of a quarter of a
-# call once the call is over ~16 us (a gap of 12 us and more). Below that, and by the band on every case,
-# a report can take time off unseen: docs/judge.md states how much, per case. On the CPU the three
-# processes' wake-ups on a few cores make it milliseconds.
+# The band is what the judge can tell apart, measured on the H200 with tools/judge_resolution.py (the
+# shipped submission and two null processes, rounds of fresh processes; the figures are in
+# docs/judge.md, "The band"): how long the protocol takes differs from one process to the next by a few
+# us, which no number of calls averages away. 6 us + 10 % keeps every honest gap measured inside it and
+# fails a report of a quarter of a call from MLA's shortest case up; below it a report can take time off
+# unseen, as docs/judge.md states per case. On the CPU the three processes' wake-ups on a few cores make
+# it milliseconds.
 #   - A case whose trimmed mean gap (the largest TRIM of its per-call residuals left out, so that a hiccup
 #     of the judge's cannot fail it) exceeds band(its reported mean) is timed again on fresh processes
 #     (RETIMES: a process whose switches run slow is not the submission's doing), and fails if the mean gap
@@ -1061,8 +1058,9 @@ _SIGNAL_PTX = r"""
 
 def output_digest(torch, flat):
     """The digest of a result region's bytes (a uint8 tensor): the sum of its 32-bit words (and of any tail
-    bytes) in int64, which wraps, so the order of the sum does not matter. No cheaper way to it than the
-    bytes themselves: a worker that signals its output staged with the right digest had the output then."""
+    bytes) in int64, which wraps, so the order of the sum does not matter. It does not bind the output: a
+    worker can commit to a digest first and then bend elements of its output, within the check's
+    tolerance, to meet it (docs/judge.md, "What the worker holds": open)."""
     whole = flat.numel() // 4 * 4
     digest = flat[:whole].view(torch.int32).sum(dtype=torch.int64)
     if whole < flat.numel():
@@ -2391,9 +2389,9 @@ class Judge:
         # the output is staged, with the output's digest beside it: the judge's clock is its GPU time from
         # the first stamp to the release plus its host time from the release to that sighting. Only then
         # does it queue its copy of the output, and the call fails unless the digest read at the signal is
-        # that of the bytes copied. So the worker cannot end the clock early (a signal sent before the
-        # output was there carries a wrong digest), and the GPU's switch back to the judge's context, whose
-        # time the worker's work could overlap, is not on the clock. (docs/judge.md, "What the worker holds".)
+        # that of the bytes copied: a signal sent before the output was there carries a wrong digest,
+        # unless the worker fits its output to it (open: docs/judge.md, "What the worker holds"). The GPU's
+        # switch back to the judge's context, which the worker's work could overlap, is off the clock.
         stream = torch.cuda.current_stream()
         if not worker.swap_holds(seq):
             worker.late_holds += 1
