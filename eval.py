@@ -2127,6 +2127,16 @@ class Judge:
                               f"about {HARNESS_MEMORY_FACTOR} times that, more than the {available / 1e9:.1f} GB this "
                               f"machine had available when the run began")
 
+    def unfit_cases(self, cases: list) -> list:
+        """(index, why) of each case that cannot run on this machine (check_fits), all weighed before any runs."""
+        unfit = []
+        for i, case in enumerate(cases):
+            try:
+                self.check_fits(case)
+            except CaseSkipped as e:
+                unfit.append((i, str(e)))
+        return unfit
+
     def ensure_started(self, worker: WorkerProcess, timeout: float) -> None:
         """A worker that is set up: the one spawned at start, or a new one after a failure."""
         deadline = time.monotonic() + timeout
@@ -2738,6 +2748,21 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
     if skipped:  # memory a submission left behind (in /dev/shm, from an earlier run) must not pass a case
         return Outcome(False, [summary, "not every case could run on this machine, so the run does not pass"])
     return Outcome(passed == len(cases), [summary])
+
+
+def refuse_unfit_cases(report: Report, mode: str, cases: list, unfit: list) -> Outcome:
+    """test and leaderboard modes, whose check and score cover every case, on a machine that cannot run some of
+    them: said before any case runs (each weighed from its sizes), with what to do instead."""
+    key = "test" if mode == "test" else "benchmark"
+    report.log(f"{key}-count", len(cases))
+    for i, why in unfit:
+        report.log(f"{key}.{i}.spec", cases[i].spec)
+        report.skipped(f"{key}.{i}", cases[i], why, f"[SKIP] case {i}: {cases[i].spec}\n       {why}")
+    covers = "a check" if mode == "test" else "a ranked score"
+    return Outcome(False, [f"\n{mode}: {len(unfit)} of the {len(cases)} cases cannot run on this machine, and {covers} "
+                           f"covers every case, so no case was run. Run on a machine with more memory (a GPU "
+                           f"machine runs every case of task.yml), or give a tests file of smaller cases: "
+                           f"python eval.py {mode} my_cases.txt (one case a line, as in task.yml)"])
 
 
 @dataclasses.dataclass
@@ -3383,7 +3408,13 @@ def judge_run(args, judge: "Judge", report: Report, guard: "FileGuard", seed, ta
                        + (f", seed {seed}" if seed is not None else "") + f", {len(cases)} cases")
             report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
             judge.weigh_machine()
-            if args.mode == "test":
+            unfit = judge.unfit_cases(cases)
+            if unfit and args.mode not in ("test", "leaderboard"):
+                report.say(f"NOTE: {len(unfit)} of the {len(cases)} cases cannot run on this machine and will be "
+                           f"skipped: {', '.join(str(i) for i, _ in unfit)} (memory)\n")
+            if unfit and args.mode in ("test", "leaderboard"):
+                outcome = refuse_unfit_cases(report, args.mode, cases, unfit)
+            elif args.mode == "test":
                 outcome = run_tests(report, judge, cases, clock)
             elif args.mode == "compare":
                 outcome = run_compare(report, judge, cases, clock, (str(args.submission), str(args.other)))
