@@ -396,6 +396,13 @@ def confine_worker(writable: list[str], under_ncu: bool = False, lowest_priority
     if lowest_priority:
         os.setpriority(os.PRIO_PROCESS, 0, 19)
         held.append("nice 19")
+        try:  # and no way back, whatever limits the runner grants: no nice under 19, no real-time policy
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_RTPRIO, (0, 0))
+        except (ImportError, OSError, ValueError, AttributeError):
+            pass
         try:  # its session's scheduling group too (sched_autogroup weighs nice only within a group)
             Path("/proc/self/autogroup").write_text("19")
             held.append("autogroup nice 19")
@@ -1651,10 +1658,14 @@ def worker_environment() -> dict:
     """The runner's environment for a worker, less what the worker must not have or could turn against its
     own next start: no POPCORN_* variables; PYTHONPATH with only absolute entries (a relative one would
     name the worker's sandbox, which it can write, and Python imports from it before the worker has
-    confined itself); the user site-packages of the judge, not of the worker's home."""
+    confined itself); the user site-packages of the judge, not of the worker's home; no OpenMP thread
+    pinning (OMP_PROC_BIND, OMP_PLACES, GOMP_CPU_AFFINITY, KMP_AFFINITY): libgomp pins a thread by its
+    thread id, which the seccomp filter cannot tell from another process's and refuses (_SELF_ONLY_CALLS),
+    and a thread it cannot pin it does not start."""
     import site
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("POPCORN")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("POPCORN") and k not in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")}
     if "PYTHONPATH" in env:
         env["PYTHONPATH"] = os.pathsep.join(p for p in env["PYTHONPATH"].split(os.pathsep) if os.path.isabs(p))
     env["PYTHONUSERBASE"] = site.getuserbase()
@@ -2755,9 +2766,12 @@ def refuse_unfit_cases(report: Report, mode: str, cases: list, unfit: list) -> O
     them: said before any case runs (each weighed from its sizes), with what to do instead."""
     key = "test" if mode == "test" else "benchmark"
     report.log(f"{key}-count", len(cases))
-    for i, why in unfit:
-        report.log(f"{key}.{i}.spec", cases[i].spec)
-        report.skipped(f"{key}.{i}", cases[i], why, f"[SKIP] case {i}: {cases[i].spec}\n       {why}")
+    reasons = dict(unfit)
+    for i, case in enumerate(cases):  # every case gets its lines (a reader stops at the first without them)
+        report.log(f"{key}.{i}.spec", case.spec)
+        why = reasons.get(i, f"not run: {'case' if len(unfit) == 1 else 'cases'} "
+                             f"{', '.join(str(j) for j, _ in unfit)} cannot run on this machine")
+        report.skipped(f"{key}.{i}", case, why, f"[SKIP] case {i}: {case.spec}\n       {why}")
     covers = "a check" if mode == "test" else "a ranked score"
     return Outcome(False, [f"\n{mode}: {len(unfit)} of the {len(cases)} cases cannot run on this machine, and {covers} "
                            f"covers every case, so no case was run. Run on a machine with more memory (a GPU "
