@@ -505,8 +505,9 @@ class _SockFprog(ctypes.Structure):
 def worker_syscall_filter() -> bytes:
     """The classic-BPF seccomp program: per known arch, _DENIED_CALLS (and x32 calls) -> EPERM,
     _DENIED_WHEN -> EPERM for that argument's value, and _SELF_ONLY_CALLS -> EPERM unless their target
-    argument is 0; the rest, and unknown arches, allowed."""
-    allow, deny = 0x7FFF0000, 0x00050000 | errno.EPERM
+    argument is 0; the rest allowed; a call of an arch the table does not know kills the process (its
+    numbers are another table's, which the filter cannot read)."""
+    allow, deny, kill = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x80000000  # SECCOMP_RET_KILL_PROCESS
     # (op, k, jump if true, jump if false): jumps name labels; None is the next instruction
     prog = [("ld", 4, None, None)]  # seccomp_data.arch
     for arch, denied in _DENIED_CALLS.items():
@@ -528,7 +529,8 @@ def worker_syscall_filter() -> bytes:
                      ("ld", 16 + 8 * arg, None, None),  # seccomp_data.args[arg], low word (a pid_t / int)
                      ("jeq", 0, "allow", "deny")]
         prog.append(("label", f"after {arch}", None, None))
-    prog += [("label", "allow", None, None), ("ret", allow, None, None),
+    prog += [("ret", kill, None, None),  # an arch the table does not know (32-bit ARM on an aarch64 kernel)
+             ("label", "allow", None, None), ("ret", allow, None, None),
              ("label", "deny", None, None), ("ret", deny, None, None)]
     at, n = {}, 0
     for op, k, _, _ in prog:

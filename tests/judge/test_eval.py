@@ -1526,7 +1526,7 @@ def _run_seccomp(program: bytes, arch: int, nr: int, args=(0,) * 6) -> int:
 
 def test_the_worker_syscall_filter_per_arch():
     """Every arch's numbers, not only this machine's: denied calls fail, calls aimed at the caller (0) pass
-    and at another process fail, the rest (and unknown arches) pass."""
+    and at another process fail, the rest pass, and a call of an unknown arch kills the process."""
     import errno as _errno
 
     program, allow, deny = harness.worker_syscall_filter(), 0x7FFF0000, 0x00050000 | _errno.EPERM
@@ -1546,7 +1546,7 @@ def test_the_worker_syscall_filter_per_arch():
             assert _run_seccomp(program, arch, nr, when) == allow
         assert _run_seccomp(program, arch, 0) == allow and _run_seccomp(program, arch, 1000) == allow
     assert _run_seccomp(program, 0xC000003E, harness._X32_SYSCALL_BIT | 1) == deny  # x32
-    assert _run_seccomp(program, 0x12345678, 112) == allow  # an unknown arch
+    assert _run_seccomp(program, 0x12345678, 112) == 0x80000000  # an unknown arch: killed
 
 
 def _signal(page, seq, digest):
