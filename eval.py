@@ -1006,10 +1006,10 @@ SPIN:
 """
 
 
-# The judge's clock on the GPU: one thread writes %globaltimer (ns) to an address. The judge stamps its
-# own stream before it writes a call's inputs and after it has copied the call's output into its own
-# memory, measured in the judge's context; two stamps between them (after the release, and once the
-# worker has signalled its output staged) say where it went.
+# The judge's clock on the GPU: one thread writes %globaltimer (ns) to an address, on the judge's stream.
+# The clock starts at the stamp before it writes a call's inputs; the stamp after the release anchors the
+# host's part of the clock (Judge.timed); the two after the worker's signal time the judge's copy of the
+# output, off the clock (TimedCall.parts).
 STAMPS = ("start", "released", "staged", "end")  # the judge's stamps of a timed call, in order
 _STAMP_PTX = r"""
 .visible .entry eval_stamp(.param .u64 out)
@@ -2888,17 +2888,14 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
         timings.append(timing_gap(result.calls, result.nulls, band if judge.cuda else None))
         # A process whose switches (or, on the CPU, whose null calls) ran slow is not the submission's doing:
         # a second draw of processes; what fails is what both draws say.
-        problem = check_timings(timings, band) or (_baseline_problem(result.calls, result.nulls, first.floor_ns)
-                                                   if not judge.cuda else "")
+        kept, how, used_calls = case_ranking(result.calls, result.nulls, judge.cuda, first.floor_ns)
+        problem = check_timings(timings, band) or ("" if judge.cuda else _baseline_problem(kept, how, used_calls))
         if not problem:
             break
     else:
         return problem
     calls, nulls = result.calls, result.nulls
-    kept = ranked_calls(calls)
-    how = rank_calls(kept, nulls, judge.cuda, floor_ns=first.floor_ns or 0.0)
     times = [t for t, _ in how]
-    used_calls = fastest(times)
     used = [times[i] for i in used_calls]
     stats = result.stats = dataclasses.asdict(calculate_stats(used))
     host = [c.host_ns for c in kept if math.isfinite(c.host_ns)]
@@ -2918,17 +2915,22 @@ def _time_case(judge: Judge, case: TestCase, clock: "RunClock", share_s: float, 
     return ""
 
 
-def _baseline_problem(calls: list, nulls: list, floor_ns: float | None) -> str:
-    """On the CPU, where the judge's clock is ranked: '' unless the calls' ranked mean (the judge's clock
-    less the null's overhead) is under a quarter of what they report, which an honest call's is not (about
-    what it reports) and a null baseline inflated by the submission's doing is."""
+def case_ranking(calls: list, nulls: list, cuda: bool, floor_ns: float | None) -> tuple[list, list, list]:
+    """A case's ranking: the calls it ranks (ranked_calls), how each is ranked (rank_calls), and the indices of
+    those its statistics use (fastest)."""
     kept = ranked_calls(calls)
-    times = [t for t, _ in rank_calls(kept, nulls, False, floor_ns=floor_ns or 0.0)]
-    used = fastest(times)
+    how = rank_calls(kept, nulls, cuda, floor_ns=floor_ns or 0.0)
+    return kept, how, fastest([t for t, _ in how])
+
+
+def _baseline_problem(kept: list, how: list, used: list) -> str:
+    """On the CPU, where the judge's clock is ranked (case_ranking's figures): '' unless the calls' ranked
+    mean (the judge's clock less the null's overhead) is under a quarter of what they report, which an
+    honest call's is not (about what it reports) and a null baseline inflated by the submission's doing is."""
     reported = [kept[i].device_ns for i in used if not kept[i].early]
     if not reported:
         return ""
-    ranked, claimed = sum(times[i] for i in used) / len(used), sum(reported) / len(reported)
+    ranked, claimed = sum(how[i][0] for i in used) / len(used), sum(reported) / len(reported)
     if ranked >= 0.25 * claimed:
         return ""
     return (f"the submission's process reports its calls as taking {_fmt_ns(claimed)} each and the judge's "
@@ -3196,8 +3198,8 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
 # ---------------------------------------------------------------------------------------------
 class FileGuard:
     """The problem's files and this harness as they were when the run began, bytes and metadata, and the
-    interpreter's metadata and start-up files (startup_files): a run during which any of them changed fails, naming them (they are not put
-    back: the change may be a person's edit). Metadata too, because Landlock does not rule it: a worker of
+    interpreter's metadata and start-up files (startup_files): a run during which any of them changed
+    fails, naming them (they are not put back: the change may be a person's edit). Metadata too, because Landlock does not rule it: a worker of
     the files' owner can chmod, chown to a group of its own, set times and extended attributes."""
 
     def __init__(self, problem: Path):
@@ -3402,6 +3404,16 @@ def run_mode(args, problem: Path, submission: Path, other: Path | None, seed, ta
         warden.done()
 
 
+def run_cases(args, report: Report, judge: "Judge", cases: list, clock: RunClock) -> Outcome:
+    if args.mode == "test":
+        return run_tests(report, judge, cases, clock)
+    if args.mode == "compare":
+        return run_compare(report, judge, cases, clock, (str(args.submission), str(args.other)))
+    if args.mode == "profile":
+        return run_profiles(report, judge, cases, clock)
+    return run_benchmarks(report, judge, cases, clock, ranked=args.mode == "leaderboard")
+
+
 def judge_run(args, judge: "Judge", report: Report, guard: "FileGuard", seed, task: dict, raw: list,
               limit_key: str, started: float, problem: Path, submission: Path) -> int:
     """The mode itself, once the judge has started: its cases, the verdict, the JSON. (run_mode closes the
@@ -3425,19 +3437,13 @@ def judge_run(args, judge: "Judge", report: Report, guard: "FileGuard", seed, ta
             report.say(f"worker: {'; '.join(judge.worker.confinement) or 'unconfined'}\n")
             judge.weigh_machine()
             unfit = judge.unfit_cases(cases)
-            if unfit and args.mode not in ("test", "leaderboard"):
-                report.say(f"NOTE: {len(unfit)} of the {len(cases)} cases cannot run on this machine and will be "
-                           f"skipped: {', '.join(str(i) for i, _ in unfit)} (memory)\n")
             if unfit and args.mode in ("test", "leaderboard"):
                 outcome = refuse_unfit_cases(report, args.mode, cases, unfit)
-            elif args.mode == "test":
-                outcome = run_tests(report, judge, cases, clock)
-            elif args.mode == "compare":
-                outcome = run_compare(report, judge, cases, clock, (str(args.submission), str(args.other)))
-            elif args.mode == "profile":
-                outcome = run_profiles(report, judge, cases, clock)
             else:
-                outcome = run_benchmarks(report, judge, cases, clock, ranked=args.mode == "leaderboard")
+                if unfit:
+                    report.say(f"NOTE: {len(unfit)} of the {len(cases)} cases cannot run on this machine and will "
+                               f"be skipped: {', '.join(str(i) for i, _ in unfit)} (memory)\n")
+                outcome = run_cases(args, report, judge, cases, clock)
     finally:
         judge.close()  # every process the worker started is gone before the last result line
     changed = guard.changed()
