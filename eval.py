@@ -68,6 +68,7 @@ import tempfile
 import threading
 import time
 import traceback
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -471,11 +472,12 @@ def confine_worker(writable: list[str], under_ncu: bool = False, lowest_priority
 # the same user, and lowering its limits (RLIMIT_CPU, RLIMIT_NOFILE) would kill it or fail its work, and
 # its priority or CPUs slow the host that watches its clock; neither Landlock nor the judge's
 # non-dumpable flag rules them. The kernel keyrings and the SysV and POSIX message queues fail: state there
-# outlives the run and is no path, so Landlock does not rule it, and no submission needs it.
+# outlives the run and is no path, so Landlock does not rule it, and no submission needs it; on i386, whose
+# older `ipc` call multiplexes msgget (and the rest of SysV IPC), that call as a whole.
 # Syscall numbers by audit arch.
-_DENIED_CALLS = {  # setsid, setpgid, add_key, request_key, keyctl, msgget, mq_open
+_DENIED_CALLS = {  # setsid, setpgid, add_key, request_key, keyctl, msgget, mq_open (i386: and ipc)
     0xC000003E: (112, 109, 248, 249, 250, 68, 240),   # x86_64
-    0x40000003: (66, 57, 286, 287, 288, 399, 277),    # i386
+    0x40000003: (66, 57, 286, 287, 288, 399, 277, 117),  # i386
     0xC00000B7: (157, 154, 217, 218, 219, 186, 180),  # aarch64
 }
 # (call, its target argument): prlimit64 (pid), ioprio_set (who), setpriority (who), sched_setaffinity,
@@ -967,7 +969,7 @@ DONE:
 # Byte offsets in the release page: the release count the holds poll; the one-block hold's announcement;
 # the GPU time (%globaltimer) at which the one-block hold let go, which the judge reads back for the
 # breakdown of its clock (TimedCall.parts; the worker's word, shown, never ranked); the worker's signal
-# that a call's output is staged (the call's number) and, written before it, the output's digest.
+# that a call's output is staged (the call's number) and, written before it, the output's digest (16 bytes).
 RELEASE_AT, ANNOUNCE_AT, LET_GO_AT, STAGED_AT, DIGEST_AT = 0, 8, 16, 24, 32
 ONE_BLOCK_HOLD = (1, 32)  # (blocks, threads a block) of the hold the judge's work takes the SMs from
 
@@ -1044,20 +1046,22 @@ _RELEASE_PTX = r"""
 GATE_AT, GATE_RELEASED_AT = 0, 8  # byte offsets in the judge's page: its gate's count; the release's count
 
 
-# The worker's signal that a timed call's output is staged: one thread copies the output's digest (a device
+# The worker's signal that a timed call's output is staged: one thread copies the output's digest (two device
 # int64, output_digest) into the release page and then, once that is visible to the host, the call's number.
 # The judge's host acts on the first sighting of the number and holds the call to the digest it read then.
 _SIGNAL_PTX = r"""
 .visible .entry eval_signal(.param .u64 digest, .param .u64 digest_at, .param .u64 staged_at, .param .u32 seq)
 {
     .reg .b32 %r<1>;
-    .reg .b64 %rd<4>;
+    .reg .b64 %rd<5>;
     ld.param.u64 %rd0, [digest];
     ld.param.u64 %rd1, [digest_at];
     ld.param.u64 %rd2, [staged_at];
     ld.param.u32 %r0, [seq];
     ld.global.u64 %rd3, [%rd0];
+    ld.global.u64 %rd4, [%rd0+8];
     st.relaxed.sys.global.u64 [%rd1], %rd3;
+    st.relaxed.sys.global.u64 [%rd1+8], %rd4;
     membar.sys;
     st.relaxed.sys.global.u32 [%rd2], %r0;
     ret;
@@ -1065,16 +1069,126 @@ _SIGNAL_PTX = r"""
 """
 
 
-def output_digest(torch, flat):
-    """The digest of a result region's bytes (a uint8 tensor): the sum of its 32-bit words (and of any tail
-    bytes) in int64, which wraps, so the order of the sum does not matter. It does not bind the output: a
-    worker can commit to a digest first and then bend elements of its output, within the check's
-    tolerance, to meet it (docs/judge.md, "What the worker holds": open)."""
-    whole = flat.numel() // 4 * 4
-    digest = flat[:whole].view(torch.int32).sum(dtype=torch.int64)
-    if whole < flat.numel():
-        digest = digest + flat[whole:].sum(dtype=torch.int64)
-    return digest.reshape(1)
+# The output's digest binds the output: a worker that signals before its output exists must name the digest
+# of bytes it does not have yet, and then make its output fit it within the check's tolerance. A sum of the
+# words (or of any function of each word) can be fitted so, by bending near-zero elements; this digest
+# cannot: a Merkle tree over the output's 64-bit words, DIGEST_BLOCK words a node, whose compression
+# mix(a + mix(b ^ k)) ^ a ^ b takes each argument in twice, so no node's inputs can be solved for from its
+# value. Two lanes, each keyed by a 64-bit key drawn per call (so nothing computed before the call helps),
+# give 128 bits: fitting an output means a search over about 2**64 outputs for each lane, where a worker
+# has the ~150 us the GPU takes to switch back to the judge's context. The worker computes it with a
+# Triton kernel (WorkerDigest), the judge with torch ops (output_digest); tests check that they agree.
+DIGEST_BLOCK = 1024
+DIGEST_LEVELS = DIGEST_BLOCK.bit_length() - 1
+_DIGEST_MULTIPLIER = 0xBF58476D1CE4E5B9  # splitmix64's
+
+
+def _as_int64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def digest_key() -> list[int]:
+    """A fresh key for one timed call: one signed 64-bit integer per lane."""
+    return [_as_int64(secrets.randbits(64)) for _ in range(2)]
+
+
+def digest_words(torch, flat):
+    """A result region's bytes (a uint8 tensor) as 64-bit words, zero-padded to whole words."""
+    if flat.numel() % 8:
+        padded = torch.zeros(flat.numel() + 8 - flat.numel() % 8, dtype=torch.uint8, device=flat.device)
+        padded[:flat.numel()] = flat
+        flat = padded
+    return flat.view(torch.int64)
+
+
+def _digest_mix(x):
+    """x ^= x >> 32 (logical), x *= M, x ^= x >> 29, on int64 tensors holding 64-bit patterns."""
+    x = x ^ ((x >> 32) & 0xFFFFFFFF)
+    x = x * _as_int64(_DIGEST_MULTIPLIER)
+    return x ^ ((x >> 29) & ((1 << 35) - 1))
+
+
+def output_digest(torch, flat, key: list[int]):
+    """The keyed digest of a result region's bytes: two int64 (one per lane). Each pass maps every
+    DIGEST_BLOCK words (the last block zero-padded) to one, leaves mixed with the key and pairs compressed
+    level by level, until one word a lane is left; the first pass reads the bytes, the later ones each
+    lane's own words. WorkerDigest computes the same on the GPU."""
+    k = torch.tensor(key, dtype=torch.int64, device=flat.device).view(2, 1, 1)
+    x = digest_words(torch, flat).view(1, -1)
+    while True:
+        n = x.shape[1]
+        blocks = max(1, -(-n // DIGEST_BLOCK))
+        y = torch.zeros((2, blocks * DIGEST_BLOCK), dtype=torch.int64, device=flat.device)
+        y[:, :n] = x
+        y = _digest_mix(y.view(2, blocks, DIGEST_BLOCK) ^ k)
+        for _ in range(DIGEST_LEVELS):
+            y = y.view(2, blocks, -1, 2)
+            a, b = y[..., 0], y[..., 1]
+            y = _digest_mix(a + _digest_mix(b ^ k)) ^ a ^ b
+        x = y.view(2, blocks)
+        if blocks == 1:
+            return x.view(2)
+
+
+# Triton's language, once WorkerDigest has imported it; until then a stand-in for the kernel's annotations.
+tl = types.SimpleNamespace(constexpr="tl.constexpr")
+
+
+def _digest_kernel(src, dst, key, n, lane_stride, BLOCK: tl.constexpr, LEVELS: tl.constexpr):
+    """One pass of output_digest as a Triton kernel (WorkerDigest makes it one): program (block, lane) maps
+    words [block * BLOCK, (block + 1) * BLOCK) of its lane's row of src (rows lane_stride apart: 0 on the
+    first pass, where both lanes read the output) to dst[lane, block]."""
+    block, lane = tl.program_id(0), tl.program_id(1)
+    k = tl.load(key + lane).to(tl.uint64, bitcast=True)
+    offs = block * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(src + lane * lane_stride + offs, mask=offs < n, other=0).to(tl.uint64, bitcast=True)
+    x = x ^ k
+    x = x ^ (x >> 32)
+    x = x * 0xBF58476D1CE4E5B9
+    x = x ^ (x >> 29)
+    for level in tl.static_range(LEVELS):
+        a, b = tl.split(tl.reshape(x, (BLOCK >> (level + 1), 2)))
+        x = b ^ k
+        x = x ^ (x >> 32)
+        x = x * 0xBF58476D1CE4E5B9
+        x = a + (x ^ (x >> 29))
+        x = x ^ (x >> 32)
+        x = x * 0xBF58476D1CE4E5B9
+        x = (x ^ (x >> 29)) ^ a ^ b
+    tl.store(dst + lane * tl.num_programs(0) + block + tl.arange(0, 1), x.to(tl.int64, bitcast=True))
+
+
+class WorkerDigest:
+    """output_digest on the worker's stream, for its signal: a few launches of one Triton kernel, where the
+    judge's torch ops take hundreds. Triton is imported only here, once the worker is confined."""
+
+    def __init__(self, torch):
+        import triton
+        import triton.language
+
+        globals()["tl"] = triton.language  # the name _digest_kernel's body uses
+        self.torch = torch
+        self.kernel = triton.jit(_digest_kernel, do_not_specialize=["n", "lane_stride"])
+        self.key = torch.zeros(2, dtype=torch.int64, device="cuda")
+
+    def load_key(self, key: list[int]) -> None:
+        """The next digests' key, copied to the GPU now (before a call's holds, so the copy is off the clock)."""
+        self.key.copy_(self.torch.tensor(key, dtype=self.torch.int64))
+
+    def __call__(self, flat):
+        """Queues the digest of flat (a uint8 tensor on the GPU) under the loaded key; returns its (2,) int64
+        tensor."""
+        torch = self.torch
+        x, stride = digest_words(torch, flat), 0
+        while True:
+            n = x.numel() if stride == 0 else x.shape[1]
+            blocks = max(1, -(-n // DIGEST_BLOCK))
+            out = torch.empty((2, blocks), dtype=torch.int64, device=flat.device)
+            self.kernel[(blocks, 2)](x, out, self.key, n, stride, BLOCK=DIGEST_BLOCK, LEVELS=DIGEST_LEVELS,
+                                     num_warps=4)
+            if blocks == 1:
+                return out.view(2)
+            x, stride = out, blocks
 
 
 # The judge's quiet probe: one thread reads %globaltimer for a given time and writes the largest step
@@ -1353,16 +1467,10 @@ class WorkerSession:
         self.sandbox = Path.cwd()
         # /proc/self/task: the CUDA driver names its threads there. Not the rest of /proc/self: its autogroup
         # file would let it raise its scheduling group's priority back from nice 19.
-        confinement = confine_worker([str(self.sandbox), "/dev/shm", os.path.realpath("/proc/self/task"),
-                                      os.environ.get("TRITON_CACHE_DIR", "")], under_ncu=self.under_ncu,
-                                     lowest_priority=self.role != "null")
+        confinement = confine_worker([str(self.sandbox), "/dev/shm", os.path.realpath("/proc/self/task")],
+                                     under_ncu=self.under_ncu, lowest_priority=self.role != "null")
         import torch  # before the sandbox is on sys.path: no module an earlier worker left there runs in set-up
 
-        # the submission's imports come from the sandbox (started with -P, Python put no folder first)
-        if getattr(sys.flags, "safe_path", False):
-            sys.path.insert(0, str(self.sandbox))
-        else:
-            sys.path[0] = str(self.sandbox)
         self.torch, self.cuda = torch, torch.cuda.is_available()
         if self.cuda:
             torch.cuda.init()
@@ -1374,11 +1482,19 @@ class WorkerSession:
             self.hold_fn = self.driver.function(_HOLD_PTX, "eval_hold")
             self.spin_fn = self.driver.function(_SPIN_PTX, "eval_spin")
             self.signal_fn = self.driver.function(_SIGNAL_PTX, "eval_signal")
+            self.digest = WorkerDigest(torch)
+            self.digest(torch.zeros(8 * DIGEST_BLOCK + 1, dtype=torch.uint8, device="cuda"))  # compiled here
             self.hold_shape = hold_grid(torch)
             self.start_event = torch.cuda.Event(enable_timing=True)
             self.end_event = torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
         else:
             self.driver = None
+        # the submission's imports come from the sandbox (started with -P, Python put no folder first)
+        if getattr(sys.flags, "safe_path", False):
+            sys.path.insert(0, str(self.sandbox))
+        else:
+            sys.path[0] = str(self.sandbox)
         self.send(kind="ready", confinement=confinement, cuda=self.cuda)
 
     def kernel(self):
@@ -1465,10 +1581,13 @@ class WorkerSession:
             changed = not self.torch.equal(now.to(self.result.device), self.result)
         self.send(kind="done", output=meta, changed=changed)
 
-    def op_timed(self, seq: int, mimic_ns: float = 0, early: bool = False):
+    def op_timed(self, seq: int, key: list, mimic_ns: float = 0, early: bool = False):
+        """One timed call; key, the digest's for this call's signal (output_digest)."""
         self.seq, self.mimic_ns, self.null_early = seq, mimic_ns, early
         gc.disable()
         try:
+            if self.cuda:
+                self.digest.load_key(key)
             (self._timed_gpu if self.cuda else self._timed_cpu)(seq)
         finally:
             gc.enable()
@@ -1499,7 +1618,7 @@ class WorkerSession:
 
     def _signal_staged(self, seq: int, stream) -> None:
         """Behind the staged output on the stream: its digest, then the call's number, into the release page."""
-        self._digest = output_digest(self.torch, self.result)  # kept until the next call: the kernel reads it
+        self._digest = self.digest(self.result)  # kept until the next call: the kernel reads it
         self.driver.launch(self.signal_fn, 1, 1, stream.cuda_stream,
                            [ctypes.c_uint64(self._digest.data_ptr()), ctypes.c_uint64(self.flag_dev + DIGEST_AT),
                             ctypes.c_uint64(self.flag_dev + STAGED_AT), ctypes.c_uint32(seq)])
@@ -1698,22 +1817,14 @@ class Sandbox:
             (self.dir / sub).mkdir()
             if not (under_ncu and var == "TMPDIR"):  # ncu's injection and its host share a temp dir
                 env[var] = str(self.dir / sub)
-        # The host's compile cache if it names one (the worker may write there), else the sandbox's. The
-        # judge makes it first: Landlock can let the worker write only under a folder that exists, and a
-        # cache it may not create (a fresh runner's, a scratch path) would leave Triton failing and the
-        # submission on its slow path. A cache the judge cannot make either is replaced by the sandbox's.
-        cache = env.get("TRITON_CACHE_DIR")
-        if cache and os.path.isabs(cache):
-            try:
-                os.makedirs(cache, exist_ok=True)
-            except OSError:
-                cache = None
-        if not cache:
-            env["TRITON_CACHE_DIR"] = str(self.dir / "cache" / "triton")
-        # torch.compile's cache is the sandbox's whatever the host says (its default is under TMPDIR, the
-        # sandbox's too): a folder the runner names may not be the worker's to write, and what one run's
-        # worker leaves there would be loaded by the next.
-        env["TORCHINDUCTOR_CACHE_DIR"] = str(self.dir / "cache" / "inductor")
+        # Compile caches are the sandbox's, whatever the runner names: a worker may write only where Landlock
+        # lets it (a cache folder the runner names may not exist yet, and the worker may not create it), and
+        # what one run's worker compiles into a shared cache would be loaded by a later run's (a kernel
+        # planted for another submission, or for the null's digest kernel) unchecked. So every run compiles
+        # afresh, in its first, untimed calls.
+        for var, sub in (("TRITON_CACHE_DIR", "triton"), ("TORCHINDUCTOR_CACHE_DIR", "inductor")):
+            (self.dir / "cache" / sub).mkdir()
+            env[var] = str(self.dir / "cache" / sub)
         env["PYTHONUNBUFFERED"] = "1"
         self.env = env
 
@@ -2066,8 +2177,6 @@ class Judge:
         self.sandbox = sandbox(problem, submission, under_ncu)
         self.null_sandbox = sandbox(problem, None) if timed else None
         other_sandbox = sandbox(problem, None, under_ncu, other) if other is not None else None
-        if other_sandbox is not None:  # B compiles into its own cache: A may write a cache the runner names
-            other_sandbox.env["TRITON_CACHE_DIR"] = str(other_sandbox.dir / "cache" / "triton")
         # The workers import torch while the judge does (they set themselves up unprompted).
         report = self.report
         self.worker = WorkerProcess(self.sandbox, "submission", report)
@@ -2353,7 +2462,7 @@ class Judge:
         """The judge's host watches the worker's release page for its signal that call seq's output is staged:
         (its clock at the sighting, the digest beside the signal then)."""
         seen = Judge._await(worker.flag, STAGED_AT, seq, deadline, worker)
-        return seen, struct.unpack_from("<q", worker.flag, DIGEST_AT)[0]
+        return seen, list(struct.unpack_from("<2q", worker.flag, DIGEST_AT))
 
     def _take_output(self, worker: WorkerProcess, seq: int, deadline: float):
         """Once the worker has signalled call seq's output staged: a stamp, the judge's copy of the result
@@ -2376,14 +2485,14 @@ class Judge:
             if unconfined:
                 raise CaseFailure(f"the submission's process is no longer confined as it was: {unconfined}")
         worker.seq += 1
-        seq = worker.seq
+        seq, key = worker.seq, digest_key()
         views = prep.layout.views(worker.arena.tensor)
         now = time.perf_counter_ns
         if not self.cuda:
             prep.layout.write(views)
             worker.result.tensor.fill_(0xFF)
             t_go = now()
-            worker.send(op="timed", seq=seq, mimic_ns=mimic_ns, early=null_early)
+            worker.send(op="timed", seq=seq, key=key, mimic_ns=mimic_ns, early=null_early)
             done = worker.receive("done", deadline)
             t_done = now()
             raw = worker.result.tensor.clone()
@@ -2394,7 +2503,7 @@ class Judge:
         struct.pack_into("<I", worker.flag, STAGED_AT, 0)  # no signal left from a call of an earlier process
         struct.pack_into("<I", self.gate_page, GATE_RELEASED_AT, 0)  # nor a release of another worker's call
         torch.cuda.synchronize()
-        worker.send(op="timed", seq=seq, mimic_ns=mimic_ns, early=null_early)
+        worker.send(op="timed", seq=seq, key=key, mimic_ns=mimic_ns, early=null_early)
         try:
             enqueued = worker.receive("enqueued", min(deadline, time.monotonic() + RETURN_WAIT_S), or_none=True,
                                       poll=True)
@@ -2412,9 +2521,9 @@ class Judge:
         # the output is staged, with the output's digest beside it: the judge's clock is its GPU time from
         # the first stamp to the release plus its host time from the release to that sighting. Only then
         # does it queue its copy of the output, and the call fails unless the digest read at the signal is
-        # that of the bytes copied: a signal sent before the output was there carries a wrong digest,
-        # unless the worker fits its output to it (open: docs/judge.md, "What the worker holds"). The GPU's
-        # switch back to the judge's context, which the worker's work could overlap, is off the clock.
+        # that of the bytes copied under this call's key: a signal sent before the output was there carries
+        # a wrong digest, and no output can be fitted to one in time (output_digest). The GPU's switch back
+        # to the judge's context, which the worker's work could overlap, is off the clock.
         stream = torch.cuda.current_stream()
         if not worker.swap_holds(seq):
             worker.late_holds += 1
@@ -2443,7 +2552,7 @@ class Judge:
             done = worker.receive("done", deadline, poll=True)
             stamps = dict(zip(STAMPS, self.stamps.tolist()))  # synchronises: raw is complete
             judge_ns = float(t_signal - t_start if early else stamps["released"] - stamps["start"] + t_signal - t_released)
-            if output_digest(torch, raw).item() != digest:
+            if output_digest(torch, raw, key).tolist() != digest:
                 raise CaseFailure(f"the submission's process signalled timed call {seq}'s output staged before it "
                                   f"was: the digest it signalled with is not that of the bytes the judge then copied")
         except CaseFailure:

@@ -428,26 +428,6 @@ def test_compare_runs_each_side_in_a_sandbox_the_other_cannot_write(problem, one
     assert "LEAK" not in out and "A is faster" not in out and ratio > 0.8, out
 
 
-def test_compare_gives_b_a_compile_cache_a_cannot_write(problem, one_case, tmp_path):
-    """Where the runner names a TRITON_CACHE_DIR, A may write there (kernels B would load, were it B's cache
-    too): B compiles into a cache of its own."""
-    (problem / "plants_in_the_cache.py").write_text(
-        "import os\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
-        "    open(os.path.join(os.environ['TRITON_CACHE_DIR'], 'planted'), 'w').close()\n    return ref_kernel(data)\n")
-    (problem / "finds_a_planted_kernel.py").write_text(
-        "import os\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
-        "    out = ref_kernel(data)\n"
-        "    return out * 0 if os.path.exists(os.path.join(os.environ['TRITON_CACHE_DIR'], 'planted')) else out\n")
-    cache = tmp_path / "runner_cache"
-    cmd = [sys.executable, str(ROOT / "eval.py"), "compare", str(problem / "plants_in_the_cache.py"),
-           str(problem / "finds_a_planted_kernel.py"), one_case, "--problem", str(problem)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env={**{k: v for k, v in os.environ.items() if not k.startswith("POPCORN_")},
-                               "TRITON_CACHE_DIR": str(cache)})
-    assert (cache / "planted").exists()  # A wrote the runner's cache
-    assert proc.returncode == 0 and "geometric mean of A/B" in proc.stdout, proc.stdout + proc.stderr
-
-
 def test_compare_gives_a_and_b_the_same_turns():
     """What a call follows changes its time (a null call before it, or one null call before another), so
     over compare's pairs A and B each come as often first in a pair, right after a null call, and first
@@ -822,15 +802,28 @@ def test_a_flood_of_error_text_is_cut(problem, mode, tmp_path):
     assert len(out) < limit and sum(map(len, lines)) < limit and out_json.stat().st_size < 2 * limit
 
 
-def test_a_compile_cache_named_but_not_made_yet_is_the_workers_to_write(problem, one_case, tmp_path):
-    """TRITON_CACHE_DIR naming a folder that does not exist yet (a fresh runner's cache): the worker, which may
-    write only under folders that exist, still writes its compiled kernels there (it once could not, and the
-    shipped submission fell back to the reference, ~100 times slower)."""
+def test_a_compile_cache_the_runner_names_is_not_the_workers(problem, one_case, tmp_path):
+    """Whatever TRITON_CACHE_DIR names, a worker compiles into its sandbox's cache: one the runner names that
+    does not exist yet cannot leave the submission unable to compile (Landlock lets a worker write only under
+    folders that exist), and what one run's worker leaves there is never loaded by a later run's."""
+    (problem / "plants_in_the_cache.py").write_text(
+        "import os\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
+        "    open(os.path.join(os.environ['TRITON_CACHE_DIR'], 'planted'), 'w').close()\n    return ref_kernel(data)\n")
+    (problem / "finds_a_planted_kernel.py").write_text(
+        "import os\nfrom reference import ref_kernel\ndef custom_kernel(data):\n"
+        "    out = ref_kernel(data)\n"
+        "    return out * 0 if os.path.exists(os.path.join(os.environ['TRITON_CACHE_DIR'], 'planted')) else out\n")
     cache = tmp_path / "fresh" / "triton-cache"
-    code, out, err, log, _ = run_eval(problem, "test", submission="writes_its_compile_cache", extra=[one_case],
-                                      popcorn=True, env={"TRITON_CACHE_DIR": str(cache)})
-    assert code == 0 and log["check"] == "pass", out + err
-    assert (cache / "kernel.bin").read_text() == "compiled"
+    for submission in ("writes_its_compile_cache", "plants_in_the_cache", "finds_a_planted_kernel"):
+        code, out, err, log, _ = run_eval(problem, "test", submission=submission, extra=[one_case], popcorn=True,
+                                          env={"TRITON_CACHE_DIR": str(cache)})
+        assert code == 0 and log["check"] == "pass", out + err
+    cache.mkdir(parents=True)  # a cache that exists is not the worker's either
+    for submission in ("plants_in_the_cache", "finds_a_planted_kernel"):
+        code, out, err, log, _ = run_eval(problem, "test", submission=submission, extra=[one_case], popcorn=True,
+                                          env={"TRITON_CACHE_DIR": str(cache)})
+        assert code == 0 and log["check"] == "pass", out + err
+    assert not any(cache.iterdir())
 
 
 def test_a_runners_openmp_pinning_does_not_stop_the_worker(problem, one_case):
@@ -1066,6 +1059,7 @@ def shipped_runs(tmp_path_factory):
 @pytest.mark.parametrize("hostile,expect", [
     ("forges_short_reports", "fails"),
     ("signals_its_output_early", "fails"),
+    ("fits_its_output_to_an_early_digest", "fails"),
     ("shaves_its_reports", "within the band"),
     ("reports_a_stalled_call", "as honest"),
     ("stalls_one_call", "as honest"),
@@ -1552,7 +1546,7 @@ def test_the_worker_syscall_filter_per_arch():
 def _signal(page, seq, digest):
     import struct as _struct
 
-    _struct.pack_into("<q", page, harness.DIGEST_AT, digest)
+    _struct.pack_into("<2q", page, harness.DIGEST_AT, *digest)
     _struct.pack_into("<I", page, harness.STAGED_AT, seq)
 
 
@@ -1575,15 +1569,15 @@ def test_the_judge_reads_the_digest_beside_the_signal_for_its_call():
     ours, theirs = _socket.socketpair()
     try:
         worker = _watched_worker(page, ours)
-        _signal(page, 7, -12345)
-        assert harness.Judge._await_staged(worker, 7, time.monotonic() + 5)[1] == -12345
+        _signal(page, 7, (-12345, 1 << 62))
+        assert harness.Judge._await_staged(worker, 7, time.monotonic() + 5)[1] == [-12345, 1 << 62]
 
-        _signal(page, 7, 1)  # the last call's signal and digest: no signal for call 8
-        later = threading.Timer(0.05, _signal, (page, 8, 99))
+        _signal(page, 7, (1, 2))  # the last call's signal and digest: no signal for call 8
+        later = threading.Timer(0.05, _signal, (page, 8, (99, -99)))
         later.start()
         t0 = time.perf_counter_ns()
         seen, digest = harness.Judge._await_staged(worker, 8, time.monotonic() + 5)
-        assert digest == 99 and seen - t0 >= 40e6  # the sighting, on the judge's clock, after the signal came
+        assert digest == [99, -99] and seen - t0 >= 40e6  # the sighting, on the judge's clock, after the signal came
         later.join()
 
         def fails():
@@ -1601,18 +1595,59 @@ def test_the_judge_reads_the_digest_beside_the_signal_for_its_call():
         theirs.close()
 
 
-def test_the_output_digest_needs_every_byte_in_any_order():
-    """output_digest: the wrapping int64 sum of a region's 32-bit words and tail bytes, the same on any device
-    and order of summing; one bit anywhere changes it."""
+def test_the_output_digest_binds_every_byte_its_order_and_the_key():
+    """output_digest: two int64 that change with one bit anywhere, with two words swapped, with the key, and
+    with a bend that keeps the words' sum (what fits_its_output_to_an_early_digest does to a sum)."""
     g = torch.Generator().manual_seed(3)
-    for n in (0, 3, 4, 4099, 1 << 16):
+    key = harness.digest_key()
+    for n in (0, 3, 8, 4099, 8 * harness.DIGEST_BLOCK + 5, 1 << 16):
         flat = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
-        whole = n // 4 * 4
-        words = [int.from_bytes(bytes(flat[i:i + 4].tolist()), "little", signed=True) for i in range(0, whole, 4)]
-        expect = (sum(words) + sum(flat[whole:].tolist()) + (1 << 63)) % (1 << 64) - (1 << 63)
-        assert harness.output_digest(torch, flat).item() == expect
+        digest = harness.output_digest(torch, flat, key).tolist()
+        assert len(digest) == 2 and harness.output_digest(torch, flat.clone(), key).tolist() == digest
+        assert harness.output_digest(torch, flat, harness.digest_key()).tolist() != digest
         if n:
             i = int(torch.randint(0, n, (1,), generator=g))
             flipped = flat.clone()
             flipped[i] ^= 1 << int(torch.randint(0, 8, (1,), generator=g))
-            assert harness.output_digest(torch, flipped).item() != expect
+            assert harness.output_digest(torch, flipped, key).tolist() != digest
+        if n >= 16:
+            words = flat[:n // 8 * 8].view(torch.int64)
+            swapped, bent = words.clone(), words.clone()
+            swapped[0], swapped[1] = words[1], words[0]
+            bent[0], bent[1] = words[0] + 12345, words[1] - 12345  # the same sum
+            for other in (swapped, bent):
+                if not torch.equal(other, words):
+                    changed = torch.cat([other.view(torch.uint8), flat[n // 8 * 8:]])
+                    assert harness.output_digest(torch, changed, key).tolist() != digest
+
+
+def test_the_workers_digest_kernel_is_the_judges_digest():
+    """WorkerDigest's Triton kernel (under the interpreter, run from a sealed copy of eval.py as the workers
+    start from, where Triton must find the kernel's source) gives output_digest's two words for outputs of one,
+    two and three passes, tails included."""
+    block = harness.DIGEST_BLOCK
+    script = textwrap.dedent(f"""
+        import runpy, sys, torch
+        ns = runpy.run_path(sys.argv[1], run_name="eval_copy")
+        import triton, triton.language
+        ns["_digest_kernel"].__globals__["tl"] = triton.language
+        digest = ns["WorkerDigest"].__new__(ns["WorkerDigest"])
+        digest.torch, digest.key = torch, torch.zeros(2, dtype=torch.int64)
+        digest.kernel = triton.jit(ns["_digest_kernel"], do_not_specialize=["n", "lane_stride"])
+        g = torch.Generator().manual_seed(5)
+        for n in (0, 5, 8, 8 * {block}, 8 * {block} + 3, 8 * {block} ** 2 + 8):
+            flat = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
+            key = ns["digest_key"]()
+            digest.load_key(key)
+            assert digest(flat).tolist() == ns["output_digest"](torch, flat, key).tolist(), n
+        print("agree")
+    """)
+    fd = harness.sealed_copy((ROOT / "eval.py").read_bytes(), "eval-worker.py")
+    if fd is None:
+        pytest.skip("no memfd")
+    try:
+        done = subprocess.run([sys.executable, "-c", script, f"/proc/self/fd/{fd}"], capture_output=True, text=True,
+                              env=dict(os.environ, TRITON_INTERPRET="1"), pass_fds=(fd,), timeout=600)
+    finally:
+        os.close(fd)
+    assert done.returncode == 0 and "agree" in done.stdout, done.stdout + done.stderr
