@@ -4,6 +4,7 @@ problem directory's modules."""
 import contextlib
 import importlib
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,3 +29,13 @@ def problem_modules(directory: Path, names=("reference", "submission")):
         for k in _PROBLEM_MODULES:
             sys.modules.pop(k, None)
         sys.modules.update(saved)
+
+
+def wait_for(predicate, timeout=10.0) -> bool:
+    """Whether predicate() came true within timeout seconds (polled)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True

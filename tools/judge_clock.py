@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import eval as harness  # noqa: E402  (the judge's own statistic)
+import judge_stats  # noqa: E402  (the judge's own statistic)
 from problem_loader import geomean  # noqa: E402
 
 
@@ -30,10 +30,10 @@ def runs_in(path: str):
 
 
 def case_row(case: dict) -> str:
-    calls = [harness.TimedCall(*c) for c in case["calls"]]
-    nulls = [harness.TimedCall(*n) for n in case["nulls"]]
+    calls = [judge_stats.TimedCall(*c) for c in case["calls"]]
+    nulls = [judge_stats.TimedCall(*n) for n in case["nulls"]]
     mean = sum(c.device_ns for c in calls) / len(calls)
-    gap = harness.overhead_gap(calls, nulls)
+    gap = judge_stats.overhead_gap(calls, nulls)
     over = [c.judge_ns - c.device_ns for c in calls]
     null_over = [n.judge_ns - n.device_ns for n in nulls]
     early = sum(c.early for c in calls)

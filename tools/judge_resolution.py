@@ -27,7 +27,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TITLE = "# How finely the judge's clock tells processes apart (tools/judge_resolution.py)"
 sys.path.insert(0, str(ROOT))
-import eval as harness  # noqa: E402  (the judge itself: its protocol is what is measured)
+import judge_cases  # noqa: E402  (the judge itself: its protocol is what is measured)
+import judge_modes
+import judge_process
+import judge_report
+import judge_stats
+import judge_timing
 
 
 def overheads(calls) -> list[float]:
@@ -51,7 +56,7 @@ def time_case(judge, null_b, case, iterations: int, deadline: float) -> dict:
     good, message = judge.call_once(prep, deadline)
     if not good:
         raise SystemExit(f"{case.spec}: the submission fails its check: {message}")
-    warm = [judge.timed(judge.worker, prep, deadline)[0].device_ns for _ in range(harness.WARMUP_CALLS)]
+    warm = [judge.timed(judge.worker, prep, deadline)[0].device_ns for _ in range(judge_modes.WARMUP_CALLS)]
     mimic = statistics.median(warm)
     judge.null_call(prep, deadline, mimic)  # warm-ups, as eval.py's: a process's first call loads its kernels
     judge.null, null_b = null_b, judge.null
@@ -61,7 +66,7 @@ def time_case(judge, null_b, case, iterations: int, deadline: float) -> dict:
         judge.null, null_b = null_b, judge.null
     runs = {"submission": [], "A": [], "B": []}
     for _ in range(iterations):
-        for _ in range(harness.NULL_EVERY):
+        for _ in range(judge_stats.NULL_EVERY):
             runs["submission"].append(judge.timed(judge.worker, prep, deadline)[0])
         for name in ("A", "B") if len(runs["A"]) % 2 == 0 else ("B", "A"):  # each first as often
             if name == "A":
@@ -79,11 +84,11 @@ def gaps(runs: dict) -> dict:
     """One round of one case: the reported mean, the submission's and B's gap to A (eval.py's trimmed mean),
     the submission's per-call spread of its overhead (its slowest TRIM left out), all in ns."""
     over = {k: overheads(v) for k, v in runs.items()}
-    a = harness.trimmed_mean(over["A"])
-    kept = sorted(over["submission"])[:len(over["submission"]) - int(harness.TRIM * len(over["submission"]))]
+    a = judge_stats.trimmed_mean(over["A"])
+    kept = sorted(over["submission"])[:len(over["submission"]) - int(judge_stats.TRIM * len(over["submission"]))]
     return {"mean": statistics.mean(c.device_ns for c in runs["submission"]),
-            "submission": harness.trimmed_mean([o - a for o in over["submission"]]),
-            "B": harness.trimmed_mean(over["B"]) - a, "spread": statistics.pstdev(kept)}
+            "submission": judge_stats.trimmed_mean([o - a for o in over["submission"]]),
+            "B": judge_stats.trimmed_mean(over["B"]) - a, "spread": statistics.pstdev(kept)}
 
 
 def summary_row(spec: str, rounds: list) -> str:
@@ -92,7 +97,7 @@ def summary_row(spec: str, rounds: list) -> str:
     it takes off)."""
     g = [gaps(r) for r in rounds]
     mean = statistics.mean(x["mean"] for x in g)
-    band = harness.BANDS["cuda"].at(mean)
+    band = judge_stats.BANDS["cuda"].at(mean)
     sub = [x["submission"] for x in g]
     sub_gaps = " / ".join(f"{x / 1e3:+.1f}" for x in sub)
     null_gaps = " / ".join(f"{x['B'] / 1e3:+.1f}" for x in g)
@@ -107,7 +112,7 @@ def parts_row(spec: str, rounds: list) -> str:
 
 
 def tables(head: str, results: dict) -> str:
-    band = harness.BANDS["cuda"]
+    band = judge_stats.BANDS["cuda"]
     return "\n".join([
         head, "",
         f"Per case, each round on fresh processes: the gap of the submission's overhead to null A's and of null "
@@ -134,10 +139,10 @@ def main():
     args = parser.parse_args()
     problem = Path(args.problem).resolve()
     sys.path[:0] = [str(problem), str(ROOT)]
-    cases = harness.make_cases(harness.load_task(problem)["benchmarks"], None)
-    report = harness.Report(None)
-    judge = harness.Judge(problem, problem / "submission.py", report, timed=True)
-    null_b = harness.WorkerProcess(harness.Sandbox(problem, None), "null", report)
+    cases = judge_cases.make_cases(judge_cases.load_task(problem)["benchmarks"], None)
+    report = judge_report.Report(None)
+    judge = judge_timing.Judge(problem, problem / "submission.py", report, timed=True)
+    null_b = judge_process.WorkerProcess(judge_process.Sandbox(problem, None), "null", report)
     null_b.spawn()
     null_b.attach(judge.cuda, judge.driver)
     if not judge.cuda:
@@ -163,7 +168,7 @@ def main():
     p = judge.torch.cuda.get_device_properties(0)
     name = "MLA (repository root)" if problem == ROOT else problem.name
     head = (f"## {name}\n\n{time.strftime('%Y-%m-%d')}; {p.name}; torch {judge.torch.__version__}, triton "
-            f"{harness.triton_version()}; `python tools/judge_resolution.py --problem "
+            f"{judge_report.triton_version()}; `python tools/judge_resolution.py --problem "
             f"{os.path.relpath(problem, ROOT)} --rounds {args.rounds} --iterations {args.iterations}`")
     text = tables(head, results)
     print(text)

@@ -52,7 +52,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import problem_loader  # noqa: E402
+
+import judge_process  # noqa: E402  (the judge's own InputLayout, driver calls and hold)
+import judge_worker  # noqa: E402
 
 VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold", "held-1ms", "held+turn", "held+write+turn", "held+turn+flush",
             "held+turn+touch", "held+turn+flush1x", "ipc-flush1x", "slim-held+turn",
@@ -61,15 +65,15 @@ VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold", "held-1ms", "held+turn"
             "tiny-held+write+turn", "two-phase+write+turn")
 
 
-def arena_copy(harness, data):
+def arena_copy(data):
     """data copied into one raw driver allocation at eval.py's InputLayout offsets: (pointer, bytes,
     layout, the arena as a uint8 tensor)."""
     import torch
 
-    layout = harness.InputLayout(data)
+    layout = judge_process.InputLayout(data)
     nbytes = layout.nbytes + 4096
-    ptr = harness.CudaDriver().alloc(nbytes)
-    arena = torch.as_tensor(harness._CudaArray(ptr, nbytes))
+    ptr = judge_worker.CudaDriver().alloc(nbytes)
+    arena = torch.as_tensor(judge_worker.CudaArray(ptr, nbytes))
     layout.write(layout.views(arena))
     torch.cuda.synchronize()
     return ptr, nbytes, layout, arena
@@ -121,21 +125,20 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
     import torch
 
     mods = problem_loader.load(problem)
-    import eval as harness
 
-    ptr, nbytes, layout, arena = arena_copy(harness, mods.reference.generate_input(**args))
+    ptr, nbytes, layout, arena = arena_copy(mods.reference.generate_input(**args))
     flush = problem_loader.l2_flush()
-    conn.send((harness.CudaDriver().ipc_handle(ptr), nbytes, layout.structure, layout.specs))
+    conn.send((judge_worker.CudaDriver().ipc_handle(ptr), nbytes, layout.structure, layout.specs))
     views = layout.views(arena)
     pristine = arena.clone()
     flush_source = flush.buffer
     flush_sink = torch.empty(flush_source.shape, dtype=flush_source.dtype, pin_memory=True)
     their_handle, their_bytes = conn.recv()
-    theirs = layout.views(torch.as_tensor(harness._CudaArray(harness.CudaDriver().ipc_open(their_handle),
+    theirs = layout.views(torch.as_tensor(judge_worker.CudaArray(judge_worker.CudaDriver().ipc_open(their_handle),
                                                              their_bytes)))
     try:
-        vmm_ptr, vmm_size, vmm_fd = vmm_export(harness.CudaDriver(), nbytes)
-        vmm_views = layout.views(torch.as_tensor(harness._CudaArray(vmm_ptr, vmm_size)))
+        vmm_ptr, vmm_size, vmm_fd = vmm_export(judge_worker.CudaDriver(), nbytes)
+        vmm_views = layout.views(torch.as_tensor(judge_worker.CudaArray(vmm_ptr, vmm_size)))
         layout.write(vmm_views)
         torch.cuda.synchronize()
         conn.send(vmm_size)
@@ -165,18 +168,18 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
 class FlagHold:
     """eval.py's hold: a kernel over every SM's thread slots that spins until a host word reaches a value."""
 
-    def __init__(self, harness, slim=False, tiny=False):
+    def __init__(self, slim=False, tiny=False):
         import torch
 
         torch.zeros(1, device="cuda")  # the primary context current before the driver calls
-        self.driver = harness.CudaDriver()
+        self.driver = judge_worker.CudaDriver()
         self.page = mmap.mmap(-1, 4096)  # page-aligned, as cuMemHostRegister wants
         self.dev = self.driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.page)), 4096)
-        self.fn = self.driver.function(harness._HOLD_PTX, "eval_hold")
-        self.shape = harness.hold_grid(torch)
-        self.one_block = harness.ONE_BLOCK_HOLD
-        self.release_at, self.announce_at = harness.RELEASE_AT, harness.ANNOUNCE_AT
-        self.swap_wait_s = harness.HOLD_SWAP_WAIT_S
+        self.fn = self.driver.function(judge_worker.HOLD_PTX, "eval_hold")
+        self.shape = judge_worker.hold_grid(torch)
+        self.one_block = judge_worker.ONE_BLOCK_HOLD
+        self.release_at, self.announce_at = judge_worker.RELEASE_AT, judge_worker.ANNOUNCE_AT
+        self.swap_wait_s = judge_process.HOLD_SWAP_WAIT_S
         if slim:
             self.shape = (torch.cuda.get_device_properties(0).multi_processor_count * 32, 32)
         if tiny:
@@ -253,15 +256,15 @@ def _spin_host(seconds: float) -> None:
         pass
 
 
-def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, slim: FlagHold, tiny: FlagHold,
+def probe_case(problem: str, mods, case, reps: int, hold: FlagHold, slim: FlagHold, tiny: FlagHold,
                variants: tuple) -> dict:
     import torch
 
     kernel = mods.submission.custom_kernel
     fresh = mods.reference.generate_input(**case.args)
-    own_ptr, own_bytes, layout, own = arena_copy(harness, fresh)
-    in_arena = harness.build_input(layout.structure, layout.views(own))
-    driver = harness.CudaDriver()
+    own_ptr, own_bytes, layout, own = arena_copy(fresh)
+    in_arena = judge_worker.build_input(layout.structure, layout.views(own))
+    driver = judge_worker.CudaDriver()
 
     parent, child = mp.get_context("spawn").Pipe()
     owner = mp.get_context("spawn").Process(target=_arena_owner, args=(problem, case.args, child), daemon=True)
@@ -273,11 +276,11 @@ def probe_case(problem: str, mods, harness, case, reps: int, hold: FlagHold, sli
     if isinstance(vmm_size, str):
         print(f"no vmm variants: {vmm_size}", flush=True)
     else:
-        vmm = torch.as_tensor(harness._CudaArray(vmm_import(driver, multiprocessing.reduction.recv_handle(parent),
+        vmm = torch.as_tensor(judge_worker.CudaArray(vmm_import(driver, multiprocessing.reduction.recv_handle(parent),
                                                             vmm_size), vmm_size))
-        in_vmm = harness.build_input(structure, [harness.arena_view(vmm, s) for s in specs])
-    mapped = torch.as_tensor(harness._CudaArray(driver.ipc_open(handle), nbytes))
-    in_ipc = harness.build_input(structure, [harness.arena_view(mapped, s) for s in specs])
+        in_vmm = judge_worker.build_input(structure, [judge_worker.arena_view(vmm, s) for s in specs])
+    mapped = torch.as_tensor(judge_worker.CudaArray(driver.ipc_open(handle), nbytes))
+    in_ipc = judge_worker.build_input(structure, [judge_worker.arena_view(mapped, s) for s in specs])
 
     def other(ask):
         parent.send(ask)
@@ -349,14 +352,13 @@ def main():
     parser.add_argument("--out", help="results file to append this run's output to (a fenced block)")
     args = parser.parse_args()
     mods = problem_loader.load(args.problem)
-    import eval as harness
 
     cases = mods.cases if not args.cases else [mods.cases[int(i)] for i in args.cases.split(",")]
     variants = tuple(args.variants.split(",")) if args.variants else VARIANTS
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variants {', '.join(unknown)}; known: {', '.join(VARIANTS)}")
-    hold, slim, tiny = FlagHold(harness), FlagHold(harness, slim=True), FlagHold(harness, tiny=True)
+    hold, slim, tiny = FlagHold(), FlagHold(slim=True), FlagHold(tiny=True)
     lines = []
 
     def say(text: str) -> None:
@@ -366,7 +368,7 @@ def main():
     say(problem_loader.results_stamp("python tools/placement_probe.py " + " ".join(sys.argv[1:])))
     rows = []
     for case in cases:
-        r = probe_case(args.problem, mods, harness, case, args.reps, hold, slim, tiny, variants)
+        r = probe_case(args.problem, mods, case, args.reps, hold, slim, tiny, variants)
         say(f"{case.spec}: same output {r['same']}; " + ", ".join(f"{v} {r[v]:.2f}" for v in variants))
         rows.append((case.spec, *(r[v] for v in variants)))
     table = io.StringIO()

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 # bytes/s: the H200's measured device copy rate (read + write), the tools' memory floor; the judge's
-# floor uses the datasheet peak (eval.PEAK_BANDWIDTH)
+# floor uses the datasheet peak (judge_stats.PEAK_BANDWIDTH)
 PEAK_BW = 4.2e12
 
 
@@ -26,7 +26,7 @@ def load(problem: str = ".") -> SimpleNamespace:
     its benchmark cases as eval.py makes them (task.yml's seeds)."""
     path = (ROOT / problem).resolve()
     sys.path[:0] = [str(path), str(ROOT)]
-    import eval as harness
+    import judge_cases
     import reference
     import utils
 
@@ -34,7 +34,7 @@ def load(problem: str = ".") -> SimpleNamespace:
     submission = importlib.util.module_from_spec(spec)
     sys.modules["submission"] = submission
     spec.loader.exec_module(submission)
-    cases = harness.make_cases(harness.load_task(path)["benchmarks"], None)
+    cases = judge_cases.make_cases(judge_cases.load_task(path)["benchmarks"], None)
     return SimpleNamespace(reference=reference, utils=utils, submission=submission, cases=cases)
 
 

@@ -1,9 +1,9 @@
 """eval.py end to end, in subprocesses, on small shapes: every mode, human and POPCORN_FD output,
 malformed definitions, bad submissions, and the hostile set in tests/submissions/ (each one must fail,
-with a message naming what was caught, or be measured honestly); then unit tests of the judge's pieces."""
+with a message naming what was caught, or be measured honestly). The judge's modules have their own tests
+beside this file (test_worker.py, test_process.py, test_timing.py, test_stats.py, test_modes.py)."""
 import base64
 import os
-import random
 import re
 import select
 import shutil
@@ -13,15 +13,18 @@ import sys
 import tempfile
 import textwrap
 import threading
-import types
-import unittest.mock
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-import eval as harness
+import eval as cli
+import judge_modes
+import judge_process
+import judge_report
+import judge_stats
+import judge_timing
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBMISSIONS = Path(__file__).resolve().parents[1] / "submissions"
@@ -232,11 +235,11 @@ def test_memory_the_submission_takes_cannot_get_a_case_skipped(problem, tmp_path
     takes 4 GB in its first case cannot have a later case, one it gets wrong, skipped (the run passed so)."""
     if CUDA:
         pytest.skip("cases are weighed against memory on the CPU only")
-    available = harness.available_memory()
+    available = judge_process.available_memory()
     if available is None or available < 10e9:
         pytest.skip("needs 10 GB of memory available")
     # the second case's input weighs what fits with 2.5 GB to spare, against the memory read now
-    d = with_input_bytes(problem, tmp_path, 66, int((available - 2.5e9) / harness.HARNESS_MEMORY_FACTOR))
+    d = with_input_bytes(problem, tmp_path, 66, int((available - 2.5e9) / judge_timing.HARNESS_MEMORY_FACTOR))
     cases = tmp_path / "two.txt"
     cases.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\nbatchsize: 2; qseqlen: 1; kvseqlen: 66; seed: 12\n")
     code, out, err, log, _ = run_eval(d, "test", submission="takes_memory_to_skip_cases", extra=[str(cases)],
@@ -251,7 +254,7 @@ def test_memory_an_earlier_run_left_behind_cannot_pass_a_case(problem, tmp_path)
     ballast = Path("/dev/shm/eval-hostile-ballast")
     if CUDA:
         pytest.skip("cases are weighed against memory on the CPU only")
-    available = harness.available_memory()
+    available = judge_process.available_memory()
     shm = os.statvfs("/dev/shm") if Path("/dev/shm").is_dir() else None
     if available is None or available < 12e9 or shm is None or shm.f_bavail * shm.f_frsize < 6e9:
         pytest.skip("needs 12 GB of memory available and 6 GB free in /dev/shm")
@@ -265,8 +268,8 @@ def test_memory_an_earlier_run_left_behind_cannot_pass_a_case(problem, tmp_path)
         # Read with the leftover in place, just before the run it is meant to sway: the case needs 2 GB more
         # than that, so it fits without the 4 GB leftover and not with it, whatever the machine's memory did
         # since this test began (a reading taken then drifts with what earlier tests' processes release).
-        with_leftover = harness.available_memory()
-        d = with_input_bytes(problem, tmp_path, 66, int((with_leftover + 2e9) / harness.HARNESS_MEMORY_FACTOR))
+        with_leftover = judge_process.available_memory()
+        d = with_input_bytes(problem, tmp_path, 66, int((with_leftover + 2e9) / judge_timing.HARNESS_MEMORY_FACTOR))
         code, out, err, log, _ = run_eval(d, "test", submission="leaves_memory_in_dev_shm", extra=[str(later)],
                                           popcorn=True)
         assert log["test.1.status"] == "skip" and log["test.0.message"].startswith("not run"), out + err  # weighed first
@@ -344,28 +347,12 @@ def test_a_change_to_the_metadata_of_the_judges_files_fails_the_run(problem, tmp
     assert f"these files of the judge changed during the run: {target}" in out, out + err
 
 
-def test_the_run_clock_ends_a_run_before_its_limit():
-    clock = harness.RunClock(3.0, "benchmark_timeout", per_case=False)
-    assert 0 < clock.left() <= 3.0 - 0.3  # a reserve to finish the report
-    assert clock.start_case(cases_left=2) == pytest.approx(clock.left() / 2, rel=0.01)
-    time.sleep(clock.left() + 0.05)
-    with pytest.raises(harness.CaseFailure, match=r"not run: the run's time limit \(3 s, task.yml `benchmark_timeout`\)"):
-        clock.start_case(cases_left=1)
-    per_case = harness.RunClock(3.0, "test_timeout", per_case=True)
-    time.sleep(0.1)
-    assert per_case.start_case(cases_left=5) == 3.0 and per_case.left() > 2.9
-    per_case.credit(5.0)  # the judge's own work in a case does not count against the CPU's per-case limit
-    assert per_case.left() > 7.9
-    clock.credit(5.0)
-    assert clock.left() < 0  # on a GPU the run's limit is kernelbot's, absolute
-
-
 def test_benchmark_mode_reports_stats(problem):
     code, out, err, log, _ = run_eval(problem, "benchmark", popcorn=True)
     assert code == 0, out + err
     assert log["benchmark-count"] == "2" and log["check"] == "pass"
     for i in range(2):
-        assert int(log[f"benchmark.{i}.runs"]) >= harness.MIN_RUNS
+        assert int(log[f"benchmark.{i}.runs"]) >= judge_modes.MIN_RUNS
         assert 0 < float(log[f"benchmark.{i}.best"]) <= float(log[f"benchmark.{i}.mean"]) <= float(log[f"benchmark.{i}.worst"])
         assert float(log[f"benchmark.{i}.judge"]) > 0  # the judge's own estimate of the mean
         assert log[f"benchmark.{i}.late_holds"] == "0"
@@ -399,7 +386,7 @@ def test_honest_submissions_pass_the_leaderboard(problem, one_case, submission):
     code, out, err, log, _ = run_eval(problem, "leaderboard", submission=submission, extra=[one_case], popcorn=True,
                                       env={"POPCORN_SEED": "99"})
     assert code == 0, out + err
-    assert log["check"] == "pass" and int(log["benchmark.0.runs"]) >= harness.MIN_RUNS
+    assert log["check"] == "pass" and int(log["benchmark.0.runs"]) >= judge_modes.MIN_RUNS
 
 
 def _compare(problem, a, b, one_case):
@@ -426,27 +413,6 @@ def test_compare_runs_each_side_in_a_sandbox_the_other_cannot_write(problem, one
     if "Landlock" not in out:
         pytest.skip("no Landlock on this kernel: a worker is not kept out of another's sandbox")
     assert "LEAK" not in out and "A is faster" not in out and ratio > 0.8, out
-
-
-def test_compare_gives_a_and_b_the_same_turns():
-    """What a call follows changes its time (a null call before it, or one null call before another), so
-    over compare's pairs A and B each come as often first in a pair, right after a null call, and first
-    in a block of null calls."""
-    events = []
-    for i in range(40 * harness.NULL_EVERY):
-        pair, nulls_after = harness.compare_order(i)
-        assert sorted(pair) == ["A", "B"] and sorted(nulls_after) in ([], ["A", "B"])
-        events += [("call", pair[0], "first"), ("call", pair[1], "second")] + [("null", n, "") for n in nulls_after]
-    assert sum(e[0] == "null" for e in events) == 2 * 40  # one of each per NULL_EVERY pairs
-    turns = {}
-    for side in "AB":
-        firsts = [e for e in events if e == ("call", side, "first")]
-        after_null = [b for a, b in zip(events, events[1:]) if a[0] == "null" and b[:2] == ("call", side)]
-        null_first = [b for a, b in zip(events, events[1:]) if a[0] == "call" and b == ("null", side, "")]
-        turns[side] = (len(firsts), len(after_null), len(null_first))
-    assert turns["A"][0] == turns["B"][0] == 20 * harness.NULL_EVERY
-    assert turns["A"][2] == turns["B"][2] == 20
-    assert sorted((turns["A"][1], turns["B"][1])) == [19, 20]  # the last block of nulls ends the run
 
 
 def test_compare_takes_two_submissions():
@@ -684,7 +650,7 @@ def test_the_judge_notices_its_pythons_start_up_files_change(tmp_path, monkeypat
     monkeypatch.setattr(sys, "path", [str(site), *sys.path])
     problem = tmp_path / "problem"
     problem.mkdir()
-    guard = harness.FileGuard(problem)
+    guard = cli.FileGuard(problem)
     assert guard.changed() == []
     (site / "added.pth").write_text("import os\n")
     (site / "sitecustomize.py").write_text("print('started')\n")
@@ -798,7 +764,7 @@ def test_a_flood_of_error_text_is_cut(problem, mode, tmp_path):
     assert code == 112 and log["check"] == "fail", out[:4000] + err[-4000:]
     assert "(cut: the submission's text ran to" in out, out[:4000]
     cases = 1 if mode == "leaderboard" else len(SMALL_CASES)  # leaderboard stops at its first failed case
-    limit = cases * (harness.SUBMISSION_TEXT_LINES + 20) * 200
+    limit = cases * (judge_report.SUBMISSION_TEXT_LINES + 20) * 200
     assert len(out) < limit and sum(map(len, lines)) < limit and out_json.stat().st_size < 2 * limit
 
 
@@ -892,7 +858,7 @@ def test_a_stopped_run_still_ends_in_a_verdict(problem, one_case, tmp_path):
            str(problem / "hangs.py")]
     code, out, err, log = _verdict_of(cmd, {"TMPDIR": str(tmp_path)},
                                       on_header=lambda proc: (time.sleep(1), proc.send_signal(signal.SIGTERM)))
-    assert code == harness.EXIT_STOPPED and log["check"] == "fail" and "SIGTERM" in log["error"], out + err
+    assert code == cli.EXIT_STOPPED and log["check"] == "fail" and "SIGTERM" in log["error"], out + err
     assert "Traceback" not in err and not list(tmp_path.glob("eval-sandbox-*")), err
 
 
@@ -905,7 +871,7 @@ def test_the_judges_own_failure_still_ends_in_a_verdict(problem, one_case):
     cmd = [sys.executable, "-c", script, str(ROOT), "test", one_case, "--problem", str(problem), "--submission",
            str(problem / "honest_bf16.py")]
     code, out, err, log = _verdict_of(cmd, {})
-    assert code == harness.EXIT_JUDGE_ERROR and log["check"] == "fail", out + err
+    assert code == cli.EXIT_JUDGE_ERROR and log["check"] == "fail", out + err
     assert "planted fault" in log["error"] and "RuntimeError: planted fault" in err, out + err
 
 
@@ -926,7 +892,7 @@ def test_the_timing_loop_ends_on_what_is_ranked_not_on_a_report(problem, one_cas
         assert "cannot be trusted" in log["benchmark.0.error"], out + err
     else:  # or it ran the whole loop (its slowest calls left out of the statistics)
         runs = int(log["benchmark.0.runs"]) + int(log["benchmark.0.slowest"])
-        assert code == 0 and runs == harness.RANKED_MAX_REPEATS, out + err
+        assert code == 0 and runs == judge_modes.RANKED_MAX_REPEATS, out + err
 
 
 def test_an_answer_sent_ahead_of_its_call_fails(problem, one_case):
@@ -1089,7 +1055,7 @@ def test_the_shipped_fast_path_cannot_shade_its_ranked_time(shipped_runs, tmp_pa
         if expect == "fails":
             assert mean >= base - max(1e3, 0.05 * base), out
         elif expect == "within the band":
-            assert mean >= base - harness.BANDS["cuda"].at(base), out
+            assert mean >= base - judge_stats.BANDS["cuda"].at(base), out
         else:
             assert abs(mean / base - 1) < 0.03, out
 
@@ -1166,488 +1132,3 @@ def test_a_stream_left_blocked_by_a_child_process_neither_hangs_the_judge_nor_pa
 def test_a_submission_holding_the_gpus_memory_cannot_take_the_judge_down(problem):
     code, out, err, log, _ = run_eval(problem, "benchmark", submission="holds_the_gpu_memory", popcorn=True)
     assert code in (0, 112) and "check" in log and "Traceback" not in err, out + err
-
-
-# ---------------------------------------------------------------------------------------------
-# The judge's pieces
-# ---------------------------------------------------------------------------------------------
-def _calls(device, overhead):
-    return [harness.TimedCall(d, d + o, 0.0, False) for d, o in zip(device, overhead)]
-
-
-GPU_BAND = harness.BANDS["cuda"]
-
-
-def test_verify_times_passes_honest_calls_and_rare_hiccups():
-    nulls = _calls([2e3] * 40, [100e3 + 3e3 * (i % 5) for i in range(40)])
-    honest = _calls([300e3] * 100, [100e3 + 3e3 * (i % 7) for i in range(100)])
-    assert harness.verify_times(honest, nulls, GPU_BAND) == ""
-    hiccups = _calls([300e3] * 100, [100e3 + (5e6 if i % 25 == 0 else 0) for i in range(100)])  # 4 %
-    assert harness.verify_times(hiccups, nulls, GPU_BAND) == ""
-    # one call released late on a host hiccup, timed on the host clock against nulls of its kind
-    late = honest[:-1] + [harness.TimedCall(300e3, 100e6, 0.0, True)]
-    early_nulls = nulls + [harness.TimedCall(2e3, 400e3, 0.0, True)] * 10
-    assert harness.verify_times(late, early_nulls, GPU_BAND) == ""
-
-
-@pytest.mark.parametrize("fraction,factor", [(1.0, 0.7), (0.3, 0.1), (1.0, 0.0)])
-def test_verify_times_fails_reported_times_under_the_judges_clock(fraction, factor):
-    nulls = _calls([2e3] * 40, [100e3] * 40)
-    true = [300e3] * 100
-    faked = [t * factor if i < fraction * len(true) else t for i, t in enumerate(true)]
-    calls = [harness.TimedCall(f, t + 100e3, 0.0, False) for f, t in zip(faked, true)]
-    assert "below what the judge's clock allows" in harness.verify_times(calls, nulls, GPU_BAND)
-
-
-def _h200_case(true_ns, reported, n=100, gap_ns=1.5e3, seed=0):
-    """Calls and nulls shaped as the H200 measured them (docs/judge_resolution_h200.md): the protocol's overhead
-    ~512 us a call with a spread of ~1.2 us, the honest call's overhead above the null's by gap_ns."""
-    rng = random.Random(seed)
-    nulls = [harness.TimedCall(true_ns, true_ns + 512e3 + rng.gauss(0, 1.2e3), 0.0, False) for _ in range(35)]
-    calls = []
-    for i in range(n):
-        t = true_ns + rng.gauss(0, 0.05e3)
-        calls.append(harness.TimedCall(reported(i, t), t + 512e3 + gap_ns + rng.gauss(0, 1.2e3), 0.0, False))
-    return calls, nulls
-
-
-def _ranked_mean(calls, nulls):
-    times = harness.without_slowest(harness.ranked_times(calls, nulls, cuda=True))
-    return sum(times) / len(times)
-
-
-@pytest.mark.parametrize("forged", ["quarter", "floor"])
-def test_a_report_forged_on_a_short_call_fails_inside_the_old_margin(forged):
-    """The forged short-call reports that won leaderboard mode on the H200 (4 x 1024, 10.8 us a call: reported
-    as a quarter of it, or as 1.05 x its memory floor, 0.3 us): under the old margin, max(20 us, 15 %), the
-    gap (8-10.5 us) passed; the band measured for the judge's clock fails it."""
-    report = {"quarter": lambda i, t: t / 4, "floor": lambda i, t: 0.3e3}[forged]
-    calls, nulls = _h200_case(10.8e3, report)
-    gap = harness.overhead_gap(calls, nulls)
-    assert gap < max(20e3, 0.15 * 10.8e3)  # what eval.py allowed before the band was measured
-    assert "below what the judge's clock allows" in harness.verify_times(calls, nulls, GPU_BAND)
-    honest, honest_nulls = _h200_case(10.8e3, lambda i, t: t)
-    assert harness.verify_times(honest, honest_nulls, GPU_BAND) == ""
-    # timed again on fresh processes, the case is judged on the mean of both timings: a luckier draw of
-    # processes (a null whose switches ran 4 us slower) is not a second chance
-    luckier, luckier_nulls = _h200_case(10.8e3, report, gap_ns=-4e3, seed=1)
-    if forged == "quarter":
-        assert harness.verify_times(luckier, luckier_nulls, GPU_BAND) == ""  # alone, it would pass
-    assert "2 timings" in harness.verify_times(luckier, luckier_nulls, GPU_BAND, [harness.timing_gap(calls, nulls)])
-    assert harness.verify_times(honest, honest_nulls, GPU_BAND, [(10.8e3, GPU_BAND.at(10.8e3) + 3e3)]) == ""
-
-
-def test_a_report_inside_the_band_gains_at_most_the_band():
-    """What the judge cannot see: a report shaved by less than the band passes, and its gain is bounded by the
-    band at its time (the per-case bounds in docs/judge.md)."""
-    for true_ns in (10.8e3, 50e3, 300e3):
-        honest = _ranked_mean(*_h200_case(true_ns, lambda i, t: t))
-        shave = (GPU_BAND.at(true_ns) - 3e3) / (1 + GPU_BAND.rel)  # inside: the gap is shave + 1.5 us
-        calls, nulls = _h200_case(true_ns, lambda i, t: t - shave)
-        assert harness.verify_times(calls, nulls, GPU_BAND) == ""
-        assert honest - _ranked_mean(calls, nulls) <= GPU_BAND.at(true_ns)
-
-
-def test_a_report_inflated_above_the_judges_clock_is_ranked_on_it():
-    """A stall of the worker's events that the judge's clock did not see (kernelbot's run on the H200: one call
-    of 100 at 32 x 1024 reported 2.32 ms, the judge's clock ~17.7 us): ranked on the judge's clock, and the
-    case's mean moves by under 1 %; under the old rule it moved 11 %."""
-    honest_calls, nulls = _h200_case(16.2e3, lambda i, t: t)
-    stalled = [harness.TimedCall(2.32e6 if i == 37 else c.device_ns, c.judge_ns, 0.0, False)
-               for i, c in enumerate(honest_calls)]
-    how = harness.rank_calls(stalled, nulls, cuda=True)
-    assert how[37][1] == "judge" and abs(how[37][0] - 16.2e3) < 10e3
-    assert [h for i, (_, h) in enumerate(how) if i != 37] == ["report"] * 99
-    assert abs(_ranked_mean(stalled, nulls) / _ranked_mean(honest_calls, nulls) - 1) < 0.01
-    old_mean = sum(c.device_ns for c in stalled) / len(stalled)  # the report, ranked as it was
-    assert old_mean / _ranked_mean(honest_calls, nulls) > 1.1
-
-
-@pytest.mark.parametrize("true_ns", [20e3, 100e3, 1e6])
-def test_one_inflated_report_cannot_cover_the_others_shaved(true_ns):
-    """One report of 1e300 ns (or a few ms) per case, ranked on the judge's clock and dropped as the slowest,
-    would have widened the band and offset the other calls' gaps, so that every other call could shave three
-    bands: the check takes it as ranked. Re-timed, the same holds."""
-    x = (true_ns - 3 * GPU_BAND.abs_ns) / (1 + 3 * GPU_BAND.rel)  # each other call's report: 3 bands under
-    for inflated in (1e300, 5e6):
-        calls, nulls = _h200_case(true_ns, lambda i, t: inflated if i == 57 else x)
-        assert "below what the judge's clock allows" in harness.verify_times(calls, nulls, GPU_BAND)
-        earlier = harness.timing_gap(_h200_case(true_ns, lambda i, t: x, seed=2)[0], nulls, GPU_BAND)
-        assert "2 timings" in harness.verify_times(calls, nulls, GPU_BAND, [earlier])
-
-
-def test_a_call_ranked_on_the_judges_clock_is_not_ranked_under_the_memory_floor():
-    nulls = _calls([2e3] * 40, [100e3] * 40)
-    seen_short = harness.TimedCall(5e6, 100e3 + 1e3, 0.0, False)  # reported 5 ms, the judge saw 1 us
-    assert harness.rank_calls([seen_short], nulls, cuda=True, floor_ns=4e3) == [(4e3, "judge")]
-
-
-def test_a_retiming_with_no_call_on_time_passes_on_the_judges_clock():
-    """Its ranked time is all the judge's clock: the earlier timing's gap does not fail it alone."""
-    assert harness.check_timings([(10e3, 50e3), None], GPU_BAND) == ""
-    assert harness.check_timings([(10e3, 50e3)], GPU_BAND) != ""
-
-
-@pytest.mark.parametrize("clock", ["both", "judge"])
-def test_one_stalled_call_in_a_hundred_moves_the_mean_by_under_one_percent(clock):
-    """A call stalled for milliseconds on both clocks (the GPU taken by another context mid-call) or on the
-    judge's alone (the judge descheduled): the slowest 1 % of a case's calls are left out."""
-    honest_calls, nulls = _h200_case(16.2e3, lambda i, t: t)
-    stalled = [harness.TimedCall(c.device_ns + (3e6 if i == 50 and clock == "both" else 0), c.judge_ns
-                                 + (3e6 if i == 50 else 0), 0.0, False) for i, c in enumerate(honest_calls)]
-    assert abs(_ranked_mean(stalled, nulls) / _ranked_mean(honest_calls, nulls) - 1) < 0.01
-    assert harness.without_slowest([1.0] * 199 + [5.0]) == [1.0] * 198  # 1 % of 200
-    assert harness.without_slowest([1.0] * 9 + [5.0]) == [1.0] * 9  # one at least
-    assert harness.without_slowest([3.0]) == [3.0]
-
-
-def test_a_call_released_before_it_returned_is_ranked_on_the_judges_clock():
-    nulls = _calls([2e3] * 10, [100e3] * 10) + [harness.TimedCall(1e6, 1.4e6, 0.0, True)] * 10  # early: 0.4 ms
-    on_time = harness.TimedCall(300e3, 400e3, 0.0, False)
-    honest_early = harness.TimedCall(2e6, 2.5e6, 0.0, True)  # the judge saw 2.5 ms - 0.4 ms of protocol
-    faked_early = harness.TimedCall(0.2e6, 2.5e6, 0.0, True)  # claims a tenth of the same call
-    assert harness.ranked_times([on_time, honest_early, faked_early], nulls, cuda=True) == [300e3, 2.1e6, 2.1e6]
-    assert harness.verify_times([honest_early, faked_early], nulls, GPU_BAND) == ""  # no report to check
-    # without a null baseline for that path, the judge's whole clock: never the report
-    assert harness.ranked_times([faked_early], nulls[:10], cuda=True) == [2.5e6]
-
-
-def test_a_call_cannot_hide_work_among_the_residuals_the_check_leaves_out():
-    """verify_times leaves out a case's largest residuals; a call among them (here every 20th hides 150 ms)
-    is still ranked at what the judge's clock saw of it, less a few bands, on a GPU; on the CPU every call
-    is ranked on the judge's clock, so a report can take nothing off (not even the CPU's wide band)."""
-    nulls = _calls([2e3] * 40, [100e3] * 40)  # the protocol's overhead: 100 us
-    calls = [harness.TimedCall(300e3, 400e3 + (150e6 if i % 20 == 0 else 0), 0.0, False) for i in range(100)]
-    assert harness.verify_times(calls, nulls, GPU_BAND) == ""  # the trimmed check cannot see them
-    gpu = harness.ranked_times(calls, nulls, cuda=True)
-    assert gpu[1] == 300e3 and gpu[0] == pytest.approx(150e6 + 300e3 - harness.CALL_BANDS * GPU_BAND.at(300e3))
-    tiny = [harness.TimedCall(1.0, 400e3, 0.0, False)] * 10  # 300 us of work reported as 1 ns
-    assert harness.ranked_times(tiny, nulls, cuda=False) == [300e3] * 10
-
-
-def test_a_rare_call_stalled_on_the_host_is_left_out_of_the_ranking():
-    """One call of a hundred released late (a host stall) does not move the mean by milliseconds; a
-    submission whose calls are late more often than that is ranked on the judge's clock, every call."""
-    on_time = [harness.TimedCall(20e3, 120e3, 0.0, False)] * 99
-    stalled = harness.TimedCall(20e3, 95e6, 0.0, True)
-    assert harness.ranked_calls(on_time[:50] + [stalled] + on_time[50:]) == on_time
-    twice = [stalled] * 2 + on_time[:98]
-    assert harness.ranked_calls(twice) == twice
-    short = [stalled] + on_time[:9]  # one at least, even in a case of ten calls
-    assert harness.ranked_calls(short) == on_time[:9]
-    two = [stalled] + on_time[:99] + [stalled] + on_time[:99]  # 1 % of 200
-    assert harness.ranked_calls(two) == on_time[:99] * 2
-    assert harness.ranked_calls([stalled] * 10) == [stalled] * 10  # a submission that always waits
-    # a late last call is ranked: it cannot end the timing loop (a report of 1e12 ns) and be left out too
-    ended_late = on_time[:99] + [harness.TimedCall(1e12, 95e6, 0.0, True)]
-    assert harness.ranked_calls(ended_late) == ended_late
-    # and the loop's stopping rule reads what is ranked: the judge's clock for it
-    assert harness.ranked_times(ended_late, [], cuda=True)[-1] == 95e6
-
-
-def _state(pid: int) -> str:
-    return harness._stat_fields(f"/proc/{pid}/stat")[0]
-
-
-def _wait_for(predicate, timeout=10.0) -> bool:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
-def test_the_null_runs_with_every_other_process_stopped():
-    """What null_call runs under: every process the judge started is stopped (SIGSTOP), a detached
-    grandchild (setsid) included, except the subtree it keeps (the null's); all go on afterwards."""
-    forks = "import os, time\nif os.fork() == 0:\n    os.setsid()\ntime.sleep(60)\n"
-    worker = subprocess.Popen([sys.executable, "-c", forks])
-    kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        assert _wait_for(lambda: harness._process_tree().get(worker.pid))
-        grandchild = harness._process_tree()[worker.pid][0]
-        with harness.DescendantsStopped(keep={kept.pid}) as stopped:
-            assert _state(worker.pid) == "T" and _state(grandchild) == "T"  # stopped before it returns
-            assert _state(kept.pid) != "T" and stopped.ran() == []
-        assert _wait_for(lambda: _state(worker.pid) != "T" and _state(grandchild) != "T")
-    finally:
-        for pid in harness._descendants(keep=set()):
-            os.kill(pid, signal.SIGKILL)
-        for proc in (worker, kept):
-            proc.wait()
-
-
-def test_the_gpu_watchdog_acts_only_when_a_long_step_finds_the_gpu_idle_to_the_judge():
-    """GpuWatchdog probes only once a step of the judge's has lasted after_s, and calls on_starved only when
-    a probe did not run; a step begun anew puts it back to sleep."""
-    fired = []
-    dog = harness.GpuWatchdog(lambda limit, stop: False, lambda: fired.append(1), after_s=0.5, period_s=0.02,
-                              limit_s=0.05)
-    try:
-        time.sleep(0.2)
-        assert not fired  # the step is younger than after_s: no probe
-        assert _wait_for(lambda: fired, timeout=5)
-    finally:
-        dog.stop()
-    probed, fired = [], []
-    dog = harness.GpuWatchdog(lambda limit, stop: probed.append(1) or True, lambda: fired.append(1), after_s=0.0,
-                              period_s=0.02, limit_s=0.05)
-    try:
-        assert _wait_for(lambda: len(probed) >= 3, timeout=5) and not fired
-    finally:
-        dog.stop()
-    failing = []
-    dog = harness.GpuWatchdog(lambda limit, stop: failing.append(1) or 1 / 0, lambda: fired.append(1), after_s=0.0,
-                              period_s=0.02)
-    try:
-        assert _wait_for(lambda: len(failing) >= 3, timeout=5) and not fired  # kills nothing, keeps watching
-    finally:
-        dog.stop()
-
-
-def test_workers_killed_for_the_gpu_say_why():
-    """kill_workers_for_the_gpu kills every process the judge started, and their deaths report the reason."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    try:
-        with unittest.mock.patch.object(harness, "_descendants", lambda keep: [child.pid]):
-            harness.kill_workers_for_the_gpu()
-        assert child.wait(timeout=10) == -signal.SIGKILL
-        worker = harness.WorkerProcess.__new__(harness.WorkerProcess)
-        assert "ran none of the judge's work" in worker._death("died")
-    finally:
-        harness.WorkerProcess.killed_because = ""
-        if child.poll() is None:
-            child.kill()
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
-def test_a_stopped_process_that_is_resumed_is_caught():
-    """A process the judge stopped and something else resumed (a sibling's SIGCONT) shows in ran()."""
-    spinner = subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
-    try:
-        with harness.DescendantsStopped(keep=set()) as stopped:
-            assert spinner.pid in stopped.cpu and stopped.ran() == []
-            os.kill(spinner.pid, signal.SIGCONT)
-            assert _wait_for(lambda: spinner.pid in stopped.ran(), timeout=5)
-    finally:
-        spinner.kill()
-        spinner.wait()
-
-
-def test_input_layout_round_trip_preserves_values_and_strides():
-    data = (torch.randn(3, 4).t(), {"a": torch.arange(5, dtype=torch.int32), "b": (torch.ones(2, 2, dtype=torch.bfloat16),)},
-            [torch.empty(0, 3)], 7, 0.5, "x", None)
-    layout = harness.InputLayout(data)
-    arena = torch.zeros(layout.nbytes + 1024, dtype=torch.uint8)
-    layout.write(layout.views(arena))
-    views = [harness.arena_view(arena, spec) for spec in layout.specs]
-    rebuilt = harness.build_input(layout.structure, views)
-    assert torch.equal(rebuilt[0], data[0]) and rebuilt[0].stride() == data[0].stride()
-    assert torch.equal(rebuilt[1]["a"], data[1]["a"]) and rebuilt[1]["b"][0].dtype == torch.bfloat16
-    assert rebuilt[2][0].shape == (0, 3) and rebuilt[3:] == (7, 0.5, "x", None)
-    assert all(spec[0] % harness.InputLayout.ALIGN == 0 for spec in layout.specs)
-    layout.poison(arena)
-    assert torch.isnan(views[0]).all() and (views[1] == 0).all()
-
-
-def test_output_without_newlines_is_relayed_in_bounded_pieces(capsys):
-    """A submission's 64 MB on stdout with no newline reaches the judge in pieces of at most
-    RELAY_LINE_CHARS bytes, so the judge never holds it whole; past RELAY_LINE_LIMIT pieces it is dropped."""
-    import io
-
-    class Pipe(io.BytesIO):
-        longest = 0
-
-        def readline(self, size=-1):
-            piece = super().readline(size)
-            Pipe.longest = max(Pipe.longest, len(piece))
-            return piece
-    worker = types.SimpleNamespace(report=harness.Report(), role="submission")
-    harness.WorkerProcess._relay_output(worker, Pipe(b"x" * (64 << 20)))
-    assert 0 < Pipe.longest <= harness.RELAY_LINE_CHARS
-    assert "further output of the submission dropped" in capsys.readouterr().out
-
-
-def test_trimmed_mean_leaves_out_the_largest():
-    assert harness.trimmed_mean([1.0] * 19 + [1000.0]) == 1.0
-    assert harness.trimmed_mean([5.0]) == 5.0
-
-
-def test_a_class_name_from_the_submission_is_quoted_in_the_judges_message():
-    """A returned object's class name is the submission's text: a name holding newlines must not print
-    lines of the report's own (unmarked) inside the judge's message."""
-    judge = types.SimpleNamespace(form=((2,), "torch.float32", "cpu", 8))
-    _, why = harness.Judge._collect(judge, {"tensor": False, "type": "X\n[PASS] test 0\n2/2 tests passed"}, None)
-    assert "\n" not in why and why.startswith("output must be a torch.Tensor, got 'X\\n[PASS]")
-
-
-@pytest.mark.parametrize("meta", [
-    {"shape": [True, 2]},  # JSON true: an int to isinstance, refused by reshape
-    {"shape": [None, 2]},
-    {"shape": [2.0]},
-    {"shape": "2"},
-])
-def test_an_output_described_wrongly_fails_as_the_submissions_fault(meta):
-    """What the worker says of its output is the submission's to forge: a description the judge cannot
-    apply fails the case as the submission's, never as a crash of the judge's own work."""
-    judge = types.SimpleNamespace(form=((2,), "torch.float32", "cpu", 8))
-    described = {"tensor": True, "copied": True, "dtype": "torch.float32", "device": "cpu", **meta}
-    out, why = harness.Judge._collect(judge, described, torch.zeros(8, dtype=torch.uint8))
-    assert out is None and why == "the submission's process described its output incorrectly"
-
-
-def _run_seccomp(program: bytes, arch: int, nr: int, args=(0,) * 6) -> int:
-    """What a classic-BPF seccomp program returns for one call (the loads, jumps and returns it uses)."""
-    import struct as _struct
-
-    data = _struct.pack("<iIQ6Q", nr, arch, 0, *args)  # seccomp_data: nr, arch, instruction pointer, args
-    code = [_struct.unpack("<HBBI", program[i:i + 8]) for i in range(0, len(program) - len(program) % 8, 8)]
-    pc, acc = 0, 0
-    while True:
-        op, jt, jf, k = code[pc]
-        if op == 0x20:
-            acc = _struct.unpack_from("<I", data, k)[0]
-        elif op in (0x15, 0x35):
-            pc += jt if (acc == k if op == 0x15 else acc >= k) else jf
-        elif op == 0x06:
-            return k
-        else:
-            raise AssertionError(f"opcode {op:#x} at {pc}")
-        pc += 1
-
-
-def test_the_worker_syscall_filter_per_arch():
-    """Every arch's numbers, not only this machine's: denied calls fail, calls aimed at the caller (0) pass
-    and at another process fail, the rest pass, and a call of an unknown arch kills the process."""
-    import errno as _errno
-
-    program, allow, deny = harness.worker_syscall_filter(), 0x7FFF0000, 0x00050000 | _errno.EPERM
-    for arch, denied in harness._DENIED_CALLS.items():
-        for nr in denied:
-            assert _run_seccomp(program, arch, nr) == deny
-        for nr, arg in harness._SELF_ONLY_CALLS[arch]:
-            assert _run_seccomp(program, arch, nr) == allow
-            other = [0] * 6
-            other[arg] = 4242
-            assert _run_seccomp(program, arch, nr, other) == deny
-        for nr, arg, value in harness._DENIED_WHEN[arch]:  # ioprio_set(IOPRIO_WHO_USER, 0): every process of the user
-            when = [0] * 6
-            when[arg] = value
-            assert _run_seccomp(program, arch, nr, when) == deny
-            when[arg] = 1  # IOPRIO_WHO_PROCESS, who 0: the caller
-            assert _run_seccomp(program, arch, nr, when) == allow
-        assert _run_seccomp(program, arch, 0) == allow and _run_seccomp(program, arch, 1000) == allow
-    assert _run_seccomp(program, 0xC000003E, harness._X32_SYSCALL_BIT | 1) == deny  # x32
-    assert _run_seccomp(program, 0x12345678, 112) == 0x80000000  # an unknown arch: killed
-
-
-def _signal(page, seq, digest):
-    import struct as _struct
-
-    _struct.pack_into("<2q", page, harness.DIGEST_AT, *digest)
-    _struct.pack_into("<I", page, harness.STAGED_AT, seq)
-
-
-def _watched_worker(page, sock, on_message=None):
-    def receive(kind, deadline):
-        sock.recv(1)
-        if on_message:
-            on_message()
-        return {"kind": kind}
-    return types.SimpleNamespace(flag=page, sock=sock, receive=receive)
-
-
-def test_the_judge_reads_the_digest_beside_the_signal_for_its_call():
-    """Judge._await_staged: the digest beside the worker's signal for this call and the host's clock when it
-    was seen; a signal for another call is no signal; a message before the signal (an error) ends the
-    wait and fails the case; nothing at all ends it at the deadline."""
-    import socket as _socket
-
-    page = bytearray(4096)
-    ours, theirs = _socket.socketpair()
-    try:
-        worker = _watched_worker(page, ours)
-        _signal(page, 7, (-12345, 1 << 62))
-        assert harness.Judge._await_staged(worker, 7, time.monotonic() + 5)[1] == [-12345, 1 << 62]
-
-        _signal(page, 7, (1, 2))  # the last call's signal and digest: no signal for call 8
-        later = threading.Timer(0.05, _signal, (page, 8, (99, -99)))
-        later.start()
-        t0 = time.perf_counter_ns()
-        seen, digest = harness.Judge._await_staged(worker, 8, time.monotonic() + 5)
-        assert digest == [99, -99] and seen - t0 >= 40e6  # the sighting, on the judge's clock, after the signal came
-        later.join()
-
-        def fails():
-            raise harness.CaseFailure("the submission's error")
-        theirs.send(b"x")
-        with pytest.raises(harness.CaseFailure, match="the submission's error"):
-            harness.Judge._await_staged(_watched_worker(page, ours, fails), 9, time.monotonic() + 5)
-        theirs.send(b"x")
-        with pytest.raises(harness.CaseFailure, match="without signalling"):
-            harness.Judge._await_staged(_watched_worker(page, ours), 9, time.monotonic() + 5)
-        with pytest.raises(harness.CaseFailure, match="timed out"):
-            harness.Judge._await_staged(worker, 9, time.monotonic() + 0.05)
-    finally:
-        ours.close()
-        theirs.close()
-
-
-def test_the_output_digest_binds_every_byte_its_order_and_the_key():
-    """output_digest: two int64 that change with one bit anywhere, with two words swapped, with the key, and
-    with a bend that keeps the words' sum (what fits_its_output_to_an_early_digest does to a sum)."""
-    g = torch.Generator().manual_seed(3)
-    key = harness.digest_key()
-    for n in (0, 3, 8, 4099, 8 * harness.DIGEST_BLOCK + 5, 1 << 16):
-        flat = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
-        digest = harness.output_digest(torch, flat, key).tolist()
-        assert len(digest) == 2 and harness.output_digest(torch, flat.clone(), key).tolist() == digest
-        assert harness.output_digest(torch, flat, harness.digest_key()).tolist() != digest
-        if n:
-            i = int(torch.randint(0, n, (1,), generator=g))
-            flipped = flat.clone()
-            flipped[i] ^= 1 << int(torch.randint(0, 8, (1,), generator=g))
-            assert harness.output_digest(torch, flipped, key).tolist() != digest
-        if n >= 16:
-            words = flat[:n // 8 * 8].view(torch.int64)
-            swapped, bent = words.clone(), words.clone()
-            swapped[0], swapped[1] = words[1], words[0]
-            bent[0], bent[1] = words[0] + 12345, words[1] - 12345  # the same sum
-            for other in (swapped, bent):
-                if not torch.equal(other, words):
-                    changed = torch.cat([other.view(torch.uint8), flat[n // 8 * 8:]])
-                    assert harness.output_digest(torch, changed, key).tolist() != digest
-
-
-def test_the_workers_digest_kernel_is_the_judges_digest():
-    """WorkerDigest's Triton kernel (under the interpreter, run from a sealed copy of eval.py as the workers
-    start from, where Triton must find the kernel's source) gives output_digest's two words for outputs of one,
-    two and three passes, tails included."""
-    block = harness.DIGEST_BLOCK
-    script = textwrap.dedent(f"""
-        import runpy, sys, torch
-        ns = runpy.run_path(sys.argv[1], run_name="eval_copy")
-        import triton, triton.language
-        ns["_digest_kernel"].__globals__["tl"] = triton.language
-        digest = ns["WorkerDigest"].__new__(ns["WorkerDigest"])
-        digest.torch, digest.key = torch, torch.zeros(2, dtype=torch.int64)
-        digest.kernel = triton.jit(ns["_digest_kernel"], do_not_specialize=["n", "lane_stride"])
-        g = torch.Generator().manual_seed(5)
-        for n in (0, 5, 8, 8 * {block}, 8 * {block} + 3, 8 * {block} ** 2 + 8):
-            flat = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
-            key = ns["digest_key"]()
-            digest.load_key(key)
-            assert digest(flat).tolist() == ns["output_digest"](torch, flat, key).tolist(), n
-        print("agree")
-    """)
-    fd = harness.sealed_copy((ROOT / "eval.py").read_bytes(), "eval-worker.py")
-    if fd is None:
-        pytest.skip("no memfd")
-    try:
-        done = subprocess.run([sys.executable, "-c", script, f"/proc/self/fd/{fd}"], capture_output=True, text=True,
-                              env=dict(os.environ, TRITON_INTERPRET="1"), pass_fds=(fd,), timeout=600)
-    finally:
-        os.close(fd)
-    assert done.returncode == 0 and "agree" in done.stdout, done.stdout + done.stderr

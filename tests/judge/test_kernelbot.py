@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from eval import HARNESS_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 # LeaderboardTask's fields, and the keys make_task_definition removes before building it.
@@ -43,6 +44,8 @@ def task_definition(problem: Path, cases: list[dict]) -> dict:
     assert not unknown, f"kernelbot's LeaderboardTask rejects the keys {unknown}"
     assert task.get("gpus"), "kernelbot cannot create a leaderboard without `gpus`"
     assert task["lang"] == "py" and isinstance(task["config"]["main"], str)
+    missing = set(HARNESS_FILES) - {entry["name"] for entry in task["files"]}
+    assert not missing, f"{problem / 'task.yml'}'s files: leave out {sorted(missing)}, which eval.py needs beside it"
     return dict(task, tests=cases, benchmarks=cases)
 
 
@@ -132,3 +135,23 @@ def test_the_kit_profiles_under_kernelbot(kit, tmp_path):
     assert run["passed"], run["output"]
     table = base64.b64decode(run["result"]["benchmark.0.report"].encode(), b"+*").decode()
     assert "Self CPU" in table  # torch.profiler's table; under ncu (POPCORN_NCU=1) ncu's report replaces it
+
+
+def test_the_competition_file_creates_both_leaderboards():
+    """kernelbot's problem sync (problem_sync.create_update_plan) reads problems/*.yaml: each problem's
+    `directory` is relative to problems/, where make_task_definition reads task.yml, its `files:` and its
+    `templates:` relative to task.yml. Both kits are there, the MLA kit as problems/.. (the root)."""
+    competitions = list((ROOT / "problems").glob("*.yaml"))
+    assert len(competitions) == 1
+    competition = yaml.safe_load(competitions[0].read_text())
+    assert {"name", "description", "deadline", "problems"} <= set(competition)
+    found = {}
+    for problem in competition["problems"]:
+        assert problem["gpus"] and problem["name"] and problem["directory"]
+        folder = ROOT / "problems" / problem["directory"]
+        task = yaml.safe_load((folder / "task.yml").read_text())
+        for entry in task["files"]:
+            assert entry["source"] == "@SUBMISSION@" or (folder / entry["source"]).is_file(), entry
+        assert all((folder / source).is_file() for source in task["templates"].values())
+        found[folder.resolve()] = problem["name"]
+    assert found == {ROOT: "mla-decode-hopper", ROOT / "problems" / "paged_mqa_logits": "paged-mqa-logits"}
