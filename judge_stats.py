@@ -11,7 +11,7 @@ import math
 # what the judge saw of the call; a report may lie under it by at most a band, band(t) = abs_ns + rel * t
 # for a call reported at t (Band).
 #
-# The band is what the judge can tell apart, measured on the H200 with tools/judge_resolution.py (the
+# The band is what the judge can tell apart, measured on the H200 with tools/judge/judge_resolution.py (the
 # shipped submission and two null processes, rounds of fresh processes; the figures are in
 # docs/judge.md, "The band"): how long the protocol takes differs from one process to the next by a few
 # us, which no number of calls averages away. 6 us + 10 % keeps every honest gap measured inside it and
@@ -103,7 +103,7 @@ class TimedCall:
     early: bool        # the GPU was released before custom_kernel returned
     # On a GPU, where the judge's clock went (ns from its first stamp): the release, behind the inputs and
     # the flush; the one-block hold let go (the worker's word); the staged signal seen (the clock's end);
-    # and, off the clock, how long the judge's copy of the output took. For tools/judge_resolution.py;
+    # and, off the clock, how long the judge's copy of the output took. For tools/judge/judge_resolution.py;
     # nothing ranks it.
     parts: tuple = ()
 

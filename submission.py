@@ -75,7 +75,7 @@ FMT_IDS = {"mxfp4": FMT_MXFP4, "fp8": FMT_FP8, "bf16": FMT_BF16}
 FMT_BYTES_PER_TOKEN = {"mxfp4": MXFP4_ROW_BYTES + MXFP4_SCALES, "fp8": QK_DIM, "bf16": 2 * QK_DIM}
 
 # ----------------------------------------------------------------------------------------
-# Routing: a Plan per shape, from the table PLANS (produced offline by tools/tune_mla.py on an
+# Routing: a Plan per shape, from the table PLANS (produced offline by tools/mla/tune_mla.py on an
 # H200, keyed by (batch_size, kv_seq_len, q_seq_len); nothing is timed at run time) or, for a
 # shape not in it, from the rule in plan_for.
 # ----------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ class Plan(NamedTuple):
     kernel: int   # KERNEL_HMMA, KERNEL_WGMMA or KERNEL_GLUON
 
 
-# Written by `python tools/tune_mla.py` on an H200 (last: --around-plans; timings in docs/mla_notes.md).
+# Written by `python tools/mla/tune_mla.py` on an H200 (last: --around-plans; timings in docs/mla_notes.md).
 # The Gluon kernel's split counts were re-checked once it merged its own splits, and it took 4 x 1024 too.
 PLANS = {
     # (batch, kv_seq_len, q_seq_len): Plan(fmt, block_n, splits, warps, stages, kernel)

@@ -269,7 +269,7 @@ def test_mla_q_split_matches_the_fp32_split():
 
 def _probe():
     pytest.importorskip("triton")
-    spec = importlib.util.spec_from_file_location("fp4_decode_probe", ROOT / "tools" / "fp4_decode_probe.py")
+    spec = importlib.util.spec_from_file_location("fp4_decode_probe", ROOT / "tools" / "kits" / "fp4_decode_probe.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -283,7 +283,7 @@ def _table_decode(asm, w, s, table_words):
 
 
 def test_table_decode_is_exact_for_every_code_scale_and_sign():
-    """tools/fp4_decode_probe.py's E2M1_TABLE_ASM: word w (elements 0-7, the even one in each byte's low
+    """tools/kits/fp4_decode_probe.py's E2M1_TABLE_ASM: word w (elements 0-7, the even one in each byte's low
     nibble) at every relative scale exponent s the table holds -> e4m3(E2M1 * 2^s), exactly, elements 0, 2,
     4, 6 in $0 and 1, 3, 5, 7 in $1 (-0 as 0x80). Every byte value in every position, both nibbles."""
     probe = _probe()
@@ -307,7 +307,7 @@ def test_table_decode_emulation_sees_a_wrong_gather():
 
 
 def test_table_decode_costs_little_more_than_one_instruction_per_element():
-    """The number issue-bound fp4 kernels are built on (tools/results_fp4_decode.md): the table decode,
+    """The number issue-bound fp4 kernels are built on (results/fp4_decode.md): the table decode,
     compiled for sm_90 by Triton's own ptxas, is at most 1.25 SASS instructions per element, with no spills."""
     probe = _probe()
     try:

@@ -1,8 +1,8 @@
-"""What the bench tools share, on the CPU. tools/peers.py: the conversions of each problem's input into its
+"""What the bench tools share, on the CPU. tools/lib/peers.py: the conversions of each problem's input into its
 peer's arguments. The peers themselves (FlashMLA, DeepGEMM) run on a GPU only; here each is replaced by a
 small stand-in that computes what the peer's interface documents from the arguments it is given, so a
 wrong argument (a page table, a length, a scale, a context length in the wrong form) gives a wrong
-answer. tools/results_plot.py: the picture, where matplotlib imports."""
+answer. tools/lib/results_plot.py: the picture, where matplotlib imports."""
 import contextlib
 import importlib
 import sys
@@ -13,7 +13,7 @@ import torch
 
 from conftest import PAGED, ROOT, problem_modules
 
-sys.path.insert(0, str(ROOT / "tools"))
+sys.path[:0] = [str(ROOT / "tools" / group) for group in ("lib", "judge", "kits")]
 import peers  # noqa: E402
 import results_plot  # noqa: E402
 
@@ -152,14 +152,15 @@ def test_without_matplotlib_the_picture_is_skipped_and_said_so(monkeypatch, tmp_
 
 @contextlib.contextmanager
 def paged_bench():
-    """problems/paged_mqa_logits/bench.py, imported with that problem's reference and submission."""
+    """tools/paged/bench_paged.py, imported with that problem's reference and submission."""
+    tools = str(ROOT / "tools" / "paged")
     with problem_modules(PAGED, ("reference", "submission")):
-        sys.path.insert(0, str(PAGED))
+        sys.path.insert(0, tools)
         try:
-            bench = importlib.import_module("bench")
+            bench = importlib.import_module("bench_paged")
         finally:
-            sys.path.remove(str(PAGED))
-            sys.modules.pop("bench", None)
+            sys.path.remove(tools)
+            sys.modules.pop("bench_paged", None)
         yield bench
 
 
@@ -179,7 +180,7 @@ def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_pa
 
 
 def test_the_paged_sweep_times_each_plan_through_the_route_and_restores_the_plans(monkeypatch):
-    """bench.py's sweep installs a plan, times custom_kernel (the route's launches, which eval.py times; the
+    """bench_paged.py's sweep installs a plan, times custom_kernel (the route's launches, which eval.py times; the
     JIT launch path's host time can leak into a queued GPU time), and puts PLANS back; a route that does not
     reproduce the plan's launch (a fallback) is an error, not a time."""
     with paged_bench() as bench:

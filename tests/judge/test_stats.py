@@ -36,7 +36,7 @@ def test_verify_times_fails_reported_times_under_the_judges_clock(fraction, fact
 
 
 def _h200_case(true_ns, reported, n=100, gap_ns=1.5e3, seed=0):
-    """Calls and nulls shaped as the H200 measured them (docs/judge_resolution_h200.md): the protocol's overhead
+    """Calls and nulls shaped as the H200 measured them (results/judge_resolution_h200.md): the protocol's overhead
     ~512 us a call with a spread of ~1.2 us, the honest call's overhead above the null's by gap_ns."""
     rng = random.Random(seed)
     nulls = [judge_stats.TimedCall(true_ns, true_ns + 512e3 + rng.gauss(0, 1.2e3), 0.0, False) for _ in range(35)]

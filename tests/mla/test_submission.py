@@ -484,11 +484,11 @@ def test_triton_route_passes_the_kernels_parameters_in_order():
 
 def test_gluon_kernel_compiles_for_sm90_to_tma_and_wgmma():
     """The Gluon kernel compiles for sm_90 on this CPU machine (Gluon has no interpreter: its GPU
-    checks are eval.py's and tools/bench_mla.py's) and runs what it is for: TMA loads (UTMALDG), the
+    checks are eval.py's and tools/mla/bench_mla.py's) and runs what it is for: TMA loads (UTMALDG), the
     scores as fp8 wgmma (QGMMA), P.V as fp16 wgmma (HGMMA) with V from registers, no mma.sync."""
     if S.gluon is None:
         pytest.skip("this Triton has no Gluon")
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    sys.path[:0] = [os.path.join(ROOT, "tools", "mla"), os.path.join(ROOT, "tools", "lib")]
     import re
     import sass_offline
     for split, splits in ((True, 4), (False, 1), (True, 2), (True, 33)):  # the merge's layouts at both ends

@@ -453,9 +453,9 @@ def test_route_memoizes_descriptors_by_addresses_and_cache_rows(mods):
 
 
 def _sass_tool(sub):
-    """problems/paged_mqa_logits/sass_offline.py, compiling this test's submission module. The tool puts its
+    """tools/paged/sass_offline_paged.py, compiling this test's submission module. The tool puts its
     directory first on sys.path; that is undone, or a later test's `import reference` would get this kit's."""
-    spec = importlib.util.spec_from_file_location("paged_sass_offline", PROBLEM / "sass_offline.py")
+    spec = importlib.util.spec_from_file_location("paged_sass_offline", PROBLEM.parents[1] / "tools" / "paged" / "sass_offline_paged.py")
     tool = importlib.util.module_from_spec(spec)
     path = list(sys.path)
     try:
@@ -469,7 +469,7 @@ def _sass_tool(sub):
 @pytest.mark.parametrize("fmt", ["fp4w", "fp4ws"])
 def test_gluon_fp4_kernel_compiles_for_sm90_with_register_keys(mods, fmt):
     """The Gluon fp4 kernel (plan formats fp4w, and fp4ws warp-specialised) compiles for sm_90 on this CPU
-    machine (Gluon has no interpreter; the GPU run is bench.py's), and does what it is for: keys by TMA,
+    machine (Gluon has no interpreter; the GPU run is bench_paged.py's), and does what it is for: keys by TMA,
     fp8 wgmma, and the decoded keys fed to the wgmma from registers (the only fp8 tiles put in shared
     memory are q's two), read as 16-byte words (one scale group of a row a thread), no spills."""
     ref, sub = mods

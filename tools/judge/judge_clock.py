@@ -1,7 +1,7 @@
 """How the judge's clock and the submission's process agree, per case, from `eval.py --json` files
 (runs on any machine, no GPU needed).
 
-    python tools/judge_clock.py RUN.json [RUN.json ...] [--write FILE.md]
+    python tools/judge/judge_clock.py RUN.json [RUN.json ...] [--write FILE.md]
 
 For each timed case: the reported mean (the ranked number), the gap between the judge's clock and the
 report beyond the protocol's own overhead (what eval.py compares with its band), the overhead of the
@@ -16,7 +16,7 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1] / "lib")]
 import judge_stats  # noqa: E402  (the judge's own statistic)
 from problem_loader import geomean  # noqa: E402
 
@@ -94,7 +94,7 @@ def main():
     print(text)
     if args.write:
         Path(args.write).write_text(f"# The judge's clock against the submission's\n\nWritten by "
-                                    f"`python tools/judge_clock.py {' '.join(Path(f).name for f in args.files)}` "
+                                    f"`python tools/judge/judge_clock.py {' '.join(Path(f).name for f in args.files)}` "
                                     f"from `eval.py --json` runs.\n\n{text}")
 
 

@@ -3,8 +3,8 @@ plans can name (the Gluon kernel at several split counts, the Triton split kerne
 both orientations) for sm_90 from two submission files, on any machine (Triton ships ptxas), and
 compares their PTX with line information left out.
 
-    python tools/ptx_diff.py OLD_SUBMISSION.py [NEW_SUBMISSION.py]   # NEW defaults to ./submission.py
-    git show HEAD~3:submission.py > /tmp/old.py && python tools/ptx_diff.py /tmp/old.py
+    python tools/mla/ptx_diff.py OLD_SUBMISSION.py [NEW_SUBMISSION.py]   # NEW defaults to ./submission.py
+    git show HEAD~3:submission.py > /tmp/old.py && python tools/mla/ptx_diff.py /tmp/old.py
 """
 import argparse
 import importlib.util
@@ -13,8 +13,8 @@ import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path[:0] = [HERE, ROOT]
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path[:0] = [HERE, os.path.join(os.path.dirname(HERE), "lib"), ROOT]
 import sass_offline  # noqa: E402
 
 

@@ -1,11 +1,14 @@
 """GPU time per kernel of custom_kernel, per benchmark case (torch.profiler, L2 flushed before each call).
 
-    python tools/kernel_times.py [--problem problems/paged_mqa_logits] [--calls 5]
+    python tools/kits/kernel_times.py [--problem problems/paged_mqa_logits] [--calls 5]
 """
 import argparse
 import collections
+import os
+import sys
 
-from problem_loader import load
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
+from problem_loader import load  # noqa: E402
 
 
 def main():

@@ -5,9 +5,9 @@ variants can be checked on a CPU machine before spending GPU time: registers, sp
 memory, and the instruction mix (UTMALDG = TMA, HGMMA/QGMMA = wgmma, HMMA = mma.sync, LDS/LDSM,
 conversions).
 
-    python tools/sass_offline.py FMT BLOCK_N WARPS STAGES KERNEL [--out DIR]
-    python tools/sass_offline.py fp8 64 4 3 0
-    python tools/sass_offline.py fp8 64 4 2 2      # the Gluon kernel (KERNEL_GLUON)
+    python tools/mla/sass_offline.py FMT BLOCK_N WARPS STAGES KERNEL [--out DIR]
+    python tools/mla/sass_offline.py fp8 64 4 3 0
+    python tools/mla/sass_offline.py fp8 64 4 2 2      # the Gluon kernel (KERNEL_GLUON)
 """
 import argparse
 import os
@@ -17,11 +17,11 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 import submission as S  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")]
 from problem_loader import opcode_counts, registers_of, sass_of  # noqa: E402,F401  (sass_of: for the tests)
 
 ELEMENT = {"mxfp4": "u8", "fp8": "fp8e4nv", "bf16": "bf16"}

@@ -3,7 +3,7 @@ candidate plans (L2 flushed, as in bench_mla.py), reject any whose output is off
 L2 error > 0.02 against exact fp32 attention over the format read), and print the fastest as
 a PLANS table to paste into submission.py. Writes every measurement to --log.
 
-    python tools/tune_mla.py [--log tools/tune_mla_log.md] [--write]
+    python tools/mla/tune_mla.py [--log results/tune_mla_log.md] [--write]
 
 --write replaces the PLANS table in submission.py with the result (review the diff).
 """
@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")]
 from bench_mla import ROOT, SHAPES, rel_err, time_call  # noqa: E402
 from problem_loader import results_stamp  # noqa: E402
 
@@ -69,7 +69,7 @@ def write_plans(table):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--log", default=os.path.join(ROOT, "tools", "tune_mla_log.md"))
+    ap.add_argument("--log", default=os.path.join(ROOT, "results", "tune_mla_log.md"))
     ap.add_argument("--reps", type=int, default=25)
     ap.add_argument("--write", action="store_true", help="write the table into submission.py")
     ap.add_argument("--kernels", default=None,
@@ -85,7 +85,7 @@ def main():
     if args.kernels:
         KERNELS[:] = [tuple(int(x) for x in k.split(",")) for k in args.kernels.split()]
     best = {}
-    log = ["# MLA plan tuning", "", results_stamp("python tools/tune_mla.py " + " ".join(sys.argv[1:])) +
+    log = ["# MLA plan tuning", "", results_stamp("python tools/mla/tune_mla.py " + " ".join(sys.argv[1:])) +
            f". ms: median GPU time of {args.reps} calls (bench_mla.time_call: the judge's L2 flush before each, the "
            "call queued behind a hold); plan: Plan(fmt, block_n, splits, warps, stages, kernel), kernel 0 HMMA, "
            "1 wgmma, 2 Gluon", "", "| batch | kv | plan | rel L2 | ms |", "|---|---|---|---|---|"]

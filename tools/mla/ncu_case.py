@@ -1,7 +1,7 @@
 """Run custom_kernel on one benchmark-like shape a few times (for ncu / nsys): B KV [QLEN]."""
 import sys
 import os
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import torch  # noqa: E402
 import reference as R  # noqa: E402
 import submission as S  # noqa: E402

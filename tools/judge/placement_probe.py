@@ -35,8 +35,8 @@ the same custom_kernel call, interleaved call by call, with the inputs placed an
 - two-phase+write+turn: the full-SM hold lets go first (while the host would enqueue the call), then a
   one-block hold spins while the second process rewrites the inputs and flushes, then lets go.
 
-    python tools/placement_probe.py [--problem problems/paged_mqa_logits] [--cases 0,3,6] [--reps 20]
-                                    [--out docs/placement_probe_h200.md]
+    python tools/judge/placement_probe.py [--problem problems/paged_mqa_logits] [--cases 0,3,6] [--reps 20]
+                                    [--out results/placement_probe_h200.md]
 """
 import argparse
 import contextlib
@@ -51,8 +51,8 @@ import struct
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")]
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import problem_loader  # noqa: E402
 
 import judge_process  # noqa: E402  (the judge's own InputLayout, driver calls and hold)
@@ -365,7 +365,7 @@ def main():
         print(text, flush=True)
         lines.append(text)
 
-    say(problem_loader.results_stamp("python tools/placement_probe.py " + " ".join(sys.argv[1:])))
+    say(problem_loader.results_stamp("python tools/judge/placement_probe.py " + " ".join(sys.argv[1:])))
     rows = []
     for case in cases:
         r = probe_case(args.problem, mods, case, args.reps, hold, slim, tiny, variants)

@@ -2,8 +2,8 @@
 an 8-entry table, per 8 codes one mask, one shift, four prmt (two lookups, two gathers) and the sign
 logic, alone in a kernel that streams each kit's cache layout and reduces the decoded bytes (no softmax).
 
-    python tools/fp4_decode_probe.py --sass   # any machine: compiles for sm_90, SASS instructions per element
-    python tools/fp4_decode_probe.py          # GPU: also checks every decoded value and measures bytes per second
+    python tools/kits/fp4_decode_probe.py --sass   # any machine: compiles for sm_90, SASS instructions per element
+    python tools/kits/fp4_decode_probe.py          # GPU: also checks every decoded value and measures bytes per second
 
 The decode (E2M1_TABLE_ASM, run through the PTX emulator in tests/test_asm_decodes.py):
 
@@ -25,10 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")]
 from problem_loader import median_gpu_us, opcode_counts, results_stamp, sass_of  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 S_MIN, S_MAX = -5, 6
 # Table entries 0-3 and 4-7 as e4m3 bytes of 0, .5, 1, 1.5 and 2, 3, 4, 6 (s = 0), little-endian.
 TABLE_LO, TABLE_HI = tl.constexpr(0x3C383000), tl.constexpr(0x4C484440)
@@ -169,9 +169,9 @@ def main():
     ap.add_argument("--sass", action="store_true", help="only what needs no GPU: SASS counts and the slow share")
     ap.add_argument("--cache-mb", type=int, default=256,
                     help="size of each layout's cache to time on the GPU, in MiB (4 x the H200's L2 by default)")
-    ap.add_argument("--out", default=os.path.join(ROOT, "tools", "results_fp4_decode.md"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "fp4_decode.md"))
     args = ap.parse_args()
-    rows = ["# The fp4 table decode", "", results_stamp("python tools/fp4_decode_probe.py" + " --sass" * args.sass)
+    rows = ["# The fp4 table decode", "", results_stamp("python tools/kits/fp4_decode_probe.py" + " --sass" * args.sass)
             + f"; target sm_90 (Triton's ptxas). S_MIN {S_MIN}, S_MAX {S_MAX}.", ""]
     rows += sass_rows() + slow_share_rows()
     if not args.sass and torch.cuda.is_available():

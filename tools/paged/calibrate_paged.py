@@ -1,7 +1,7 @@
 """
 Calibration of the accuracy rule (README "Accuracy rule"), on the CPU:
 
-    python problems/paged_mqa_logits/calibrate.py
+    python tools/paged/calibrate_paged.py
 
 For each case prints max err/tol (tol = RTOL * bound + ATOL) of results that must pass and the share of
 valid positions beyond tolerance of results that must fail. Must pass: the exact result in float64,
@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "problems", "paged_mqa_logits"))
 import reference as R  # noqa: E402
 
 

@@ -2,7 +2,7 @@
 instruction mix, and the instructions of one page-loop iteration), to check a variant before spending
 GPU time.
 
-    python problems/paged_mqa_logits/sass_offline.py FMT CHUNK STAGES WARPS [NEXT_N]    e.g. fp4 8 3 4
+    python tools/paged/sass_offline_paged.py FMT CHUNK STAGES WARPS [NEXT_N]    e.g. fp4 8 3 4
 
 FMT fp8 / fp4 builds the Triton kernel on that pair (KV_TMA=0 in the environment: the plain-load key
 variant), fp8w / fp4w / fp4ws the Gluon kernel on that pair (WARPS is then 4: one warpgroup). The cubin, SASS,
@@ -12,7 +12,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "..", "tools")]
+sys.path[:0] = [os.path.join(HERE, "..", "..", "problems", "paged_mqa_logits"), os.path.join(HERE, "..", "lib")]
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402

@@ -1,4 +1,4 @@
-"""What the tools share (bench_mla, tune_mla, kernel_times, ncu_case, the SASS tools, the paged kit's bench):
+"""What the tools share (bench_mla, tune_mla, kernel_times, ncu_case, the SASS tools, bench_paged):
 a problem directory's modules, imported as eval.py's worker imports them; the judge's L2 flush; one timer,
 GPU time with the call queued behind a hold, as eval.py ranks it; the SASS of a kernel compiled for sm_90
 (no GPU needed) and its instruction counts; the measured copy rate the tools' memory floors use
@@ -15,7 +15,8 @@ import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "results"  # every results file, each written by the tool that measured it
 # bytes/s: the H200's measured device copy rate (read + write), the tools' memory floor; the judge's
 # floor uses the datasheet peak (judge_stats.PEAK_BANDWIDTH)
 PEAK_BW = 4.2e12

@@ -1,8 +1,8 @@
 """
 Device script for the paged MQA logits kernel: compile, correctness, SASS, timing, in one go.
 
-    python problems/paged_mqa_logits/bench.py            # sweep plans, then time the best per shape
-    python problems/paged_mqa_logits/bench.py --final    # time submission.custom_kernel with its PLANS,
+    python tools/paged/bench_paged.py            # sweep plans, then time the best per shape
+    python tools/paged/bench_paged.py --final    # time submission.custom_kernel with its PLANS,
                                                          # beside DeepGEMM; write the results file and picture
 
 Timing: GPU time as eval.py ranks it (tools/problem_loader.median_gpu_us: the judge's L2 flush, the
@@ -11,7 +11,7 @@ PLANS one at a time so that each is timed through the route's launch path. GB/s 
 must move: every cache block in use (8448 B, values and scales), q, weights, block tables, context
 lengths, and the output written once. With --final,
 DeepGEMM's fp8 paged MQA logits is timed on the same input and clock where `deep_gemm` imports
-(tools/peers.py), and the table goes to --out with its picture at --plot (tools/results_plot.py).
+(tools/lib/peers.py), and the table goes to --out with its picture at --plot (tools/lib/results_plot.py).
 """
 import argparse
 import math
@@ -20,9 +20,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(1, os.path.dirname(os.path.dirname(HERE)))
-sys.path.insert(2, os.path.join(os.path.dirname(os.path.dirname(HERE)), "tools"))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PROBLEM = os.path.join(ROOT, "problems", "paged_mqa_logits")
+sys.path[:0] = [PROBLEM, ROOT, os.path.join(ROOT, "tools", "lib")]
 
 import torch  # noqa: E402
 import yaml  # noqa: E402
@@ -104,7 +104,7 @@ def write_results(path, plot, stamp, results, iters):
     lines = [f"# Paged MQA logits results\n\n{stamp}. us: median GPU time of {iters} calls as eval.py ranks it "
              "(the judge's L2 flush before each, the call queued behind a hold); floor: the bytes the plan's pair "
              "must move at 4.2 TB/s; DeepGEMM: its SM90 fp8 paged MQA logits on the same input and clock, scheduling "
-             "metadata made before timing (tools/peers.py)\n",
+             "metadata made before timing (tools/lib/peers.py)\n",
              "| batch | next_n | context | plan | check | us | floor us | floor / us | host us | DeepGEMM us | "
              "DeepGEMM err / tol | us / DeepGEMM |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = set()
@@ -183,8 +183,8 @@ def parse_args(argv=None):
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--skip-tests", action="store_true")
     ap.add_argument("--formats", default=",".join(S.FMT_IDS), help="plan formats the sweep tries (default: all)")
-    ap.add_argument("--out", default=os.path.join(HERE, "results_paged_h200.md"), help="--final's results file")
-    ap.add_argument("--plot", default=os.path.join(HERE, "results_paged_h200.png"), help="--final's picture")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "paged_h200.md"), help="--final's results file")
+    ap.add_argument("--plot", default=os.path.join(ROOT, "results", "paged_h200.png"), help="--final's picture")
     ap.add_argument("--no-peer", action="store_true", help="leave DeepGEMM out")
     return ap.parse_args(argv)
 
@@ -310,7 +310,7 @@ def main():
               f"{nb / tg / 1e3:5.0f} {r['host']:7.1f} {nb / PEAK_BW * 1e6:8.1f} {r['good']} {r['worst']:.3g}")
     print(f"geomean: gpu {geomean(r['gpu'] for r in results):.1f} us")
     if args.final:
-        write_results(args.out, args.plot, results_stamp("python problems/paged_mqa_logits/bench.py " + " ".join(sys.argv[1:])),
+        write_results(args.out, args.plot, results_stamp("python tools/paged/bench_paged.py " + " ".join(sys.argv[1:])),
                       results, args.iters)
 
 

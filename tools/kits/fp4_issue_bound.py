@@ -4,13 +4,13 @@ ncu counts, for each shipped fp8 kernel on the benchmark shapes, the warp instru
 cycles and its clock; the paged kit's fp4 kernel (fp4ws) is counted beside the fp8 plan each shape ships with. An
 MXFP4 MLA kernel does the fp8 kernel's work plus two table decodes of every cache element (K and V are
 different wgmma operand layouts: 576 + 512 elements a token), at the table decode's SASS count per element
-(tools/fp4_decode_probe.py). Table builds, scale loads and the exact path's checks are left out, so its
+(tools/kits/fp4_decode_probe.py). Table builds, scale loads and the exact path's checks are left out, so its
 count is a lower bound. From it: the time at the fp8 kernel's own issue rate, the time at the SM's peak
 (4 warp instructions a cycle) at the measured clock, and the issue rate it needs to tie fp8.
 
-    python tools/fp4_issue_bound.py            # GPU with ncu: writes tools/results_fp4_bound.md
-    python tools/fp4_issue_bound.py --case mla 256 8192          # what ncu runs (one shape, three calls)
-    python tools/fp4_issue_bound.py --case paged fp4ws 256 1 8192
+    python tools/kits/fp4_issue_bound.py       # GPU with ncu: writes results/fp4_bound.md
+    python tools/kits/fp4_issue_bound.py --case mla 256 8192          # what ncu runs (one shape, three calls)
+    python tools/kits/fp4_issue_bound.py --case paged fp4ws 256 1 8192
 """
 import argparse
 import csv
@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")]
 from problem_loader import PEAK_BW, ROOT, geomean, results_stamp  # noqa: E402
 
 PEAK_ISSUE = 4          # warp instructions an SM can issue per cycle (4 schedulers, one each)
@@ -141,7 +141,7 @@ def paged_rows():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", nargs="+", help=argparse.SUPPRESS)
-    ap.add_argument("--out", default=os.path.join(ROOT, "tools", "results_fp4_bound.md"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "fp4_bound.md"))
     args = ap.parse_args()
     if args.case:
         return run_case(args.case)
@@ -149,7 +149,7 @@ def main():
     d = probe.decode_per_element(*probe.decode_counts())  # the table decode's SASS per element, sm_90
     mla, at_rate, bound = mla_rows(d)
     lines = ["# fp4 against fp8: executed instructions", "",
-             results_stamp("python tools/fp4_issue_bound.py") + ". ncu (`--clock-control none`), one call after "
+             results_stamp("python tools/kits/fp4_issue_bound.py") + ". ncu (`--clock-control none`), one call after "
              "two warm-ups, its caches flushed, inputs of seed 7; issue rates are warp instructions per SM per "
              "elapsed cycle.", "",
              "## MLA: the fp8 kernel measured, an MXFP4 kernel bounded", "",

@@ -5,11 +5,11 @@ reads (relative L2 error, and reference.check_implementation), then the time of 
 custom_kernel call (GPU time as eval.py ranks it: the judge's L2 flush, the call queued behind a
 hold; median of --reps), achieved bandwidth for the bytes that must move
 (cache in that format + q + output) against 4.2 TB/s, FlashMLA's time on the same input and clock
-where `flash_mla` imports (tools/peers.py), the reference's time, and geometric means; then a picture of
-the table (tools/results_plot.py). Also dumps the SASS of every compiled kernel and counts UTMALDG /
+where `flash_mla` imports (tools/lib/peers.py), the reference's time, and geometric means; then a picture of
+the table (tools/lib/results_plot.py). Also dumps the SASS of every compiled kernel and counts UTMALDG /
 HGMMA / QGMMA / HMMA.
 
-    python tools/bench_mla.py [--out tools/results_mla_h200.md] [--plot tools/results_mla_h200.png]
+    python tools/mla/bench_mla.py [--out results/mla_h200.md] [--plot results/mla_h200.png]
                               [--sass FILE] [--reps 20] [--no-ref] [--no-peer]
 """
 import argparse
@@ -22,13 +22,13 @@ import time
 import torch
 import triton
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
 import reference as R  # noqa: E402
 import submission as S  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [os.path.dirname(os.path.abspath(__file__)), os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")]
 import peers  # noqa: E402
 import results_plot  # noqa: E402
 from problem_loader import PEAK_BW, geomean, median_gpu_us, results_stamp  # noqa: E402
@@ -164,8 +164,8 @@ def run_shape(batch, kv, qlen, reps, seed=1234):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(ROOT, "tools", "results_mla_h200.md"))
-    ap.add_argument("--plot", default=os.path.join(ROOT, "tools", "results_mla_h200.png"),
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "mla_h200.md"))
+    ap.add_argument("--plot", default=os.path.join(ROOT, "results", "mla_h200.png"),
                     help="the picture of the table (needs matplotlib)")
     ap.add_argument("--sass", default=None, help="file to write the SASS of every kernel to")
     ap.add_argument("--reps", type=int, default=20)
@@ -173,11 +173,11 @@ def main():
     ap.add_argument("--no-peer", action="store_true", help="leave FlashMLA out")
     args = ap.parse_args()
     lines = []
-    stamp = results_stamp("python tools/bench_mla.py " + " ".join(sys.argv[1:]))
+    stamp = results_stamp("python tools/mla/bench_mla.py " + " ".join(sys.argv[1:]))
     hdr = (f"# MLA decode results\n\n{stamp}. ms: median GPU time of {args.reps} calls as eval.py ranks it (the "
            "judge's L2 flush before each, the call queued behind a hold); floor: the bytes the plan's format "
            "must move (cache, q, output) at 4.2 TB/s; FlashMLA: its SM90 dense decode of the bf16 cache on the "
-           "same input and clock, scheduling metadata made before timing (tools/peers.py)\n\n"
+           "same input and clock, scheduling metadata made before timing (tools/lib/peers.py)\n\n"
            "| batch | kv | plan (fmt, BN, splits, warps, stages, kernel) | rel L2 err | check | ms | floor ms | "
            "floor / ms | GB/s | FlashMLA ms | FlashMLA rel L2 | ms / FlashMLA | ref ms |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -2,10 +2,10 @@
 # The acceptance run on a GPU machine: eval.py test once, then benchmark and leaderboard RUNS times each
 # (default 2), for the root problem and for any problem directories given as arguments; logs and the
 # --json of every timed run under $OUT (default: /tmp/device_logs), and the judge's clock against the
-# reported times over all of them (tools/judge_clock.py) in $OUT/judge_clock.md.
-#     OUT=/tmp/logs RUNS=2 tools/device_eval.sh problems/paged_mqa_logits
+# reported times over all of them (tools/judge/judge_clock.py) in $OUT/judge_clock.md.
+#     OUT=/tmp/logs RUNS=2 tools/judge/device_eval.sh problems/paged_mqa_logits
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/device_logs}  # device logs stay out of the tree
 runs=${RUNS:-2}
 mkdir -p "$out"
@@ -33,7 +33,7 @@ for problem in . "$@"; do
   done
 done
 if [ ${#jsons[@]} -gt 0 ]; then
-  python3 tools/judge_clock.py "${jsons[@]}" --write "$out/judge_clock.md" > /dev/null || status=1
+  python3 tools/judge/judge_clock.py "${jsons[@]}" --write "$out/judge_clock.md" > /dev/null || status=1
   echo "=== judge's clock against the reported times: $out/judge_clock.md"
 fi
 exit $status

@@ -11,7 +11,7 @@ judge's clock went (TimedCall.parts) is averaged per worker: the judge's work up
 release to the one-block hold letting go, the call's end to the judge's host seeing the signal that its
 output is staged (the clock's end), and, off the clock, the judge's copy of the output.
 
-    python tools/judge_resolution.py [--problem DIR] [--rounds 3] [--iterations 24] [--json RAW.json]
+    python tools/judge/judge_resolution.py [--problem DIR] [--rounds 3] [--iterations 24] [--json RAW.json]
                                      [--write FILE.md]
 """
 import argparse
@@ -24,8 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-TITLE = "# How finely the judge's clock tells processes apart (tools/judge_resolution.py)"
+ROOT = Path(__file__).resolve().parents[2]
+TITLE = "# How finely the judge's clock tells processes apart (tools/judge/judge_resolution.py)"
 sys.path.insert(0, str(ROOT))
 import judge_cases  # noqa: E402  (the judge itself: its protocol is what is measured)
 import judge_modes
@@ -168,7 +168,7 @@ def main():
     p = judge.torch.cuda.get_device_properties(0)
     name = "MLA (repository root)" if problem == ROOT else problem.name
     head = (f"## {name}\n\n{time.strftime('%Y-%m-%d')}; {p.name}; torch {judge.torch.__version__}, triton "
-            f"{judge_report.triton_version()}; `python tools/judge_resolution.py --problem "
+            f"{judge_report.triton_version()}; `python tools/judge/judge_resolution.py --problem "
             f"{os.path.relpath(problem, ROOT)} --rounds {args.rounds} --iterations {args.iterations}`")
     text = tables(head, results)
     print(text)

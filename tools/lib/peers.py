@@ -21,7 +21,7 @@ import torch
 
 PAGE = 64  # tokens a cache page holds: FlashMLA's page_block_size here, the paged kit's block size
 HERE = os.path.dirname(os.path.abspath(__file__))
-PAGED_PROBLEM = os.path.join(os.path.dirname(HERE), "problems", "paged_mqa_logits")
+PAGED_PROBLEM = os.path.join(os.path.dirname(os.path.dirname(HERE)), "problems", "paged_mqa_logits")
 
 # A peer's extension can kill the process it runs in (a DeepGEMM build whose C++ runtime differs from
 # torch's segfaults in its first call), which would take the bench tool's whole table with it: so its

@@ -2,14 +2,14 @@
 
 Prints, per case: attention entropy, and for each candidate answer its relative L2 distance and its
 worst element error (in units of rms(ref)) against exact attention over each cache format.
-Run: python tools/calibrate_check.py  (CPU is fine; the README quotes its output)."""
+Run: python tools/mla/calibrate_check.py  (CPU is fine; the README quotes its output)."""
 import math
 import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 import reference as R  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """The copy-engine head start (docs/judge.md), as a submission to compare against the shipped one:
 
-    python eval.py compare submission.py tools/copy_engine_prefetch.py CASES_FILE
+    python eval.py compare submission.py tools/judge/copy_engine_prefetch.py CASES_FILE
 
 It makes A's call (compare puts A beside this file in the worker's directory, as submission.py) and
 then queues, on a side stream, a wait on an index word of the inputs (cuStreamWaitValue32: the
