@@ -2,7 +2,7 @@
 
 Prints, per case: attention entropy, and for each candidate answer its relative L2 distance and its
 worst element error (in units of rms(ref)) against exact attention over each cache format.
-Run: python tools/mla/calibrate_check.py  (CPU is fine; the README quotes its output)."""
+Run: python tools/mla/calibrate_check.py  (CPU is fine; docs/mla_design.md quotes its output)."""
 import math
 import os
 import sys
