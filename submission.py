@@ -98,15 +98,15 @@ class Plan(NamedTuple):
 # Written by `python tools/mla/tune_mla.py` on an H200 (last: --around-plans; timings in docs/mla_notes.md).
 # The Gluon kernel's split counts were re-checked once it merged its own splits, and it took 4 x 1024 too.
 PLANS = {
-    # (batch, kv_seq_len, q_seq_len): Plan(fmt, block_n, splits, warps, stages, kernel)
-    (4, 1024, 1): Plan('fp8', 64, 16, 4, 2, KERNEL_GLUON),
-    (4, 8192, 1): Plan('fp8', 64, 33, 4, 2, KERNEL_GLUON),
-    (32, 1024, 1): Plan('fp8', 64, 4, 4, 2, KERNEL_GLUON),
-    (32, 8192, 1): Plan('fp8', 64, 8, 4, 2, KERNEL_GLUON),
-    (64, 1024, 1): Plan('fp8', 64, 2, 4, 2, KERNEL_GLUON),
-    (64, 8192, 1): Plan('fp8', 64, 4, 4, 2, KERNEL_GLUON),
-    (256, 1024, 1): Plan('fp8', 64, 1, 4, 2, KERNEL_GLUON),
-    (256, 8192, 1): Plan('fp8', 64, 1, 4, 2, KERNEL_GLUON),
+    # (batch, kv_seq_len, q_seq_len): Plan
+    (4, 1024, 1): Plan(fmt='fp8', block_n=64, splits=16, warps=4, stages=2, kernel=KERNEL_GLUON),
+    (4, 8192, 1): Plan(fmt='fp8', block_n=64, splits=33, warps=4, stages=2, kernel=KERNEL_GLUON),
+    (32, 1024, 1): Plan(fmt='fp8', block_n=64, splits=4, warps=4, stages=2, kernel=KERNEL_GLUON),
+    (32, 8192, 1): Plan(fmt='fp8', block_n=64, splits=8, warps=4, stages=2, kernel=KERNEL_GLUON),
+    (64, 1024, 1): Plan(fmt='fp8', block_n=64, splits=2, warps=4, stages=2, kernel=KERNEL_GLUON),
+    (64, 8192, 1): Plan(fmt='fp8', block_n=64, splits=4, warps=4, stages=2, kernel=KERNEL_GLUON),
+    (256, 1024, 1): Plan(fmt='fp8', block_n=64, splits=1, warps=4, stages=2, kernel=KERNEL_GLUON),
+    (256, 8192, 1): Plan(fmt='fp8', block_n=64, splits=1, warps=4, stages=2, kernel=KERNEL_GLUON),
 }
 
 NUM_SMS = 132               # H200; the rule below only needs a rough count
@@ -140,8 +140,9 @@ def plan_for(batch_size: int, kv_seq_len: int, q_seq_len: int) -> Plan:
     from BIG_MIN_TOKENS rows on; else fp8 with enough KV splits that ~2 programs run per SM, no split
     shorter than MIN_TOKENS_PER_SPLIT rows (kv_seq_len is the nominal/average length)."""
     plan = PLANS.get((batch_size, kv_seq_len, q_seq_len))
-    if plan is not None and (plan[5] != KERNEL_GLUON or _gluon_usable()):
-        return plan if isinstance(plan, Plan) else Plan(*plan)  # (a table edited by hand may hold tuples)
+    plan = Plan(*plan) if plan is not None else None  # (a table edited by hand may hold tuples)
+    if plan is not None and (plan.kernel != KERNEL_GLUON or _gluon_usable()):
+        return plan
     programs = max(1, batch_size * q_seq_len)
     cap = max(1, kv_seq_len // MIN_TOKENS_PER_SPLIT)
     rows = batch_size * kv_seq_len
@@ -527,9 +528,9 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
     """out = sum_s w_s * O_s with w_s = 2^(lse_s - max) / sum 2^(lse - max), per head, for BD
     output columns. Up to COMBINE_LOOP_SPLITS splits: a loop over them, 128 columns per program.
     More splits (few query rows, long sequences: 4 x 8192 has 33): all partials in one
-    [SPLITS_P2, 16, BD] load with a narrower BD, so more programs share the row; the loop was a
-    chain of dependent loads there (9.6 us of GPU time against 5.0). With few splits the one-load
-    form is slower instead (its sum over splits crosses warps: 2.6 -> 7.9 us at 4 splits)."""
+    [SPLITS_P2, 16, BD] load with a narrower BD, so more programs share the row; the loop is a
+    chain of dependent loads there. With few splits the one-load form is slower instead (its sum over
+    splits crosses warps). Timings: docs/mla_notes.md."""
     pid_q = tl.program_id(0)
     pid_d = tl.program_id(1)
     heads = tl.arange(0, 16)
@@ -576,7 +577,7 @@ def _mla_combine_kernel(part_o_ptr, part_lse_ptr, out_ptr, num_splits,
 #     pairs in registers (_V_PAIRS_ASM); the operand's rows are a permutation of the V dims (_v_dim)
 #     chosen so that this load lands in the wgmma operand layout with no data exchange. Chunk k + 1 is loaded while
 #     chunk k's wgmma runs. No decoded copy of V goes through shared memory (that copy made the
-#     kernel shared-memory bound: 0.51 ms against 0.35 at 256 x 8192).
+#     kernel shared-memory bound: docs/mla_design.md).
 # One warpgroup per program, 2 ring stages, ~92 KB of shared memory: two programs per SM (one on short
 # splits, by the plan's split count).
 # Splits: partials as the Triton kernel's, merged by the kernel itself (_combine_in_kernel): the row's
@@ -733,7 +734,7 @@ if gluon is not None:
     def _o_by_head(o, inv, st_l: gl.constexpr):
         """An O^T chunk [128 operand rows, 16 heads] (row m holds V dim _v_dim(m)) times inv -> [16 heads,
         128 dims] in dim order, in st_l (a warp per head row, 4 dims per thread: 512 contiguous bytes per
-        store). Stored from the wgmma layout, each thread wrote 4-byte scatters: 2-3 us per program."""
+        store), where a store from the wgmma layout is 4-byte scatters (docs/mla_design.md)."""
         x = gl.reshape(o * inv, [2, 4, 2, 8, 16])  # m = 64b + 16w + 8h + g
         x = gl.permute(x, (4, 1, 3, 0, 2))          # [head, w, g, b, h]: dim 32w + 4g + 2b + h
         return gl.convert_layout(gl.reshape(x, [16, 128]), st_l)
@@ -1094,11 +1095,12 @@ def _split_args(gluon, descs, q, out, scales, kv_indptr, part_o, part_lse, sync,
 def _split_constexprs(plan, dot):
     """The split kernel's constexpr arguments, in its parameter order (the direct launch relies
     on that order): _mla_split_kernel's, or _mla_fp8_wgmma_kernel's for a KERNEL_GLUON plan."""
-    fmt, block_n, splits, warps, stages, kernel = plan
-    if kernel == KERNEL_GLUON:
-        return dict(BN=block_n, SPLIT=splits > 1, STAGES=stages, **_gluon_combine_constexprs(splits))
-    return dict(FMT=FMT_IDS[fmt], BN=block_n, SPLIT=splits > 1, STAGES=stages, TRANS=int(kernel == KERNEL_WGMMA),
-                DOT=dot)
+    plan = Plan(*plan)
+    if plan.kernel == KERNEL_GLUON:
+        return dict(BN=plan.block_n, SPLIT=plan.splits > 1, STAGES=plan.stages,
+                    **_gluon_combine_constexprs(plan.splits))
+    return dict(FMT=FMT_IDS[plan.fmt], BN=plan.block_n, SPLIT=plan.splits > 1, STAGES=plan.stages,
+                TRANS=int(plan.kernel == KERNEL_WGMMA), DOT=dot)
 
 
 def _gluon_combine_constexprs(splits):
@@ -1126,7 +1128,9 @@ def _launch_jit(q, kv_data, kv_indptr, config, plan, dot_dtype=None):
     Triton interpreter's bf16 dots are wrong (the MXFP4 decode then uses plain Triton ops)."""
     total_q = q.shape[0]
     dev = q.device
-    fmt, block_n, splits, warps, stages, kernel = plan = _fit_to_device(plan, total_q, dev)
+    plan = _fit_to_device(plan, total_q, dev)
+    fmt, block_n, splits, warps, stages, kernel = (plan.fmt, plan.block_n, plan.splits, plan.warps, plan.stages,
+                                                   plan.kernel)
     base, scales = _cache_and_scales(kv_data, fmt)
     row = base.shape[-1]
     total_kv = base.shape[0]
@@ -1213,7 +1217,7 @@ def _allocate_output_ahead(config, fmt) -> bool:
 # --- shared block: outputs ahead (the same text in both submissions: tests/test_shared_blocks.py) ---
 class _OutputsAhead:
     """Allocates each call's output during the call before, right after that call's launches: the
-    caching allocator's host time (4-7 us on the H200 VMs) then overlaps running kernels instead of
+    caching allocator's host time (docs/paged_design.md) then overlaps running kernels instead of
     delaying the next launch, and after the L2 flush of a timed call host time is what shows. Not a
     reuse: every call returns a tensor allocated for it alone and never handed out before. Kept per
     stream, since the allocator ties a block to the stream it was allocated on; bounded. With
@@ -1241,9 +1245,10 @@ class _Route:
     parameters, grids and split scratch, all fixed by the signature."""
 
     def __init__(self, q, kv_data, config, plan, split_ck, combine_ck):
-        fmt, block_n, splits, warps, stages, kernel = self.plan = plan
+        self.plan = plan
+        self.fmt, self.splits, self.gluon = plan.fmt, plan.splits, plan.kernel == KERNEL_GLUON
+        fmt, splits = self.fmt, self.splits
         base, _ = _cache_and_scales(kv_data, fmt)
-        self.fmt, self.splits, self.gluon = fmt, splits, kernel == KERNEL_GLUON
         self.total_q = q.shape[0]
         self.device = q.device
         self.stream_of = triton.runtime.driver.active.get_current_stream

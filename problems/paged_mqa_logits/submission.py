@@ -19,10 +19,10 @@ whole (rows, max_model_len) output is written exactly once, by this one kernel.
       dequantized in registers to bf16 exactly (E2M1 x 2^(e-127) is a bf16 value for every e), the
       block scales folded in, so one bf16 wgmma pair per page (HGMMA; even and odd elements) gives
       the exact products summed in fp32. Half the cache bytes of fp8, but on the H200 it is slower
-      (135 vs 84 us at batch 256 x 8192; docs/paged_design.md "The fp4 kernels"), so PLANS read fp8.
+      (docs/paged_design.md, "The fp4 kernels"), so PLANS read fp8.
   fp8w (Gluon): the fp8 pair as the Triton kernel reads it, keys and key scales by TMA on one mbarrier
-      a page, the logits stored from the reduction's layout (no layout conversion). Within ~2 % of the
-      Triton kernel at next_n 1, ~2 % faster at next_n 2; not yet through eval.py, so no plan uses it.
+      a page, the logits stored from the reduction's layout (no layout conversion). PLANS route six of
+      the seven benchmark shapes to it (docs/paged_design.md has the sweep).
   fp4w (Gluon): the fp4 pair with the keys read from shared memory straight into the wgmma register
       operand and decoded there to e5m2 with the block scales folded in; one fp8 wgmma pair per page
       (QGMMA). Issue-bound (the decode and the epilogue), still slower than fp8, so no plan uses it.
@@ -106,17 +106,17 @@ class Plan(NamedTuple):
     q_tma: int
 
 
-# Per-shape plans, keyed by (batch, next_n, max_model_len), from a sweep on an H200 (bench.py, each plan
-# timed through custom_kernel). Each host tensor descriptor costs an encode for each new input (memoized
+# Per-shape plans, keyed by (batch, next_n, max_model_len), from a sweep on an H200
+# (tools/paged/bench_paged.py, each plan timed through custom_kernel). Each host tensor descriptor costs an encode for each new input (memoized
 # by address), so the Triton plans keep one (the keys'); the Gluon kernels take two (keys, scale words).
 PLANS = {
-    (256, 1, 1344): Plan("fp8", 8, 3, 4, 1, 0, 1, 0),
-    (256, 1, 5376): Plan("fp8w", 4, 2, 4, 0, 1, 1, 0),
-    (256, 1, 10688): Plan("fp8w", 8, 2, 4, 0, 1, 1, 0),
-    (256, 2, 10688): Plan("fp8w", 16, 2, 4, 0, 1, 1, 0),
-    (128, 1, 21312): Plan("fp8w", 4, 2, 4, 0, 1, 1, 0),
-    (64, 1, 42624): Plan("fp8w", 4, 2, 4, 0, 1, 1, 0),
-    (32, 1, 85248): Plan("fp8w", 4, 2, 4, 0, 1, 1, 0),
+    (256, 1, 1344): Plan(fmt="fp8", chunk=8, stages=3, warps=4, bt_vector=1, scale_tma=0, kv_tma=1, q_tma=0),
+    (256, 1, 5376): Plan(fmt="fp8w", chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (256, 1, 10688): Plan(fmt="fp8w", chunk=8, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (256, 2, 10688): Plan(fmt="fp8w", chunk=16, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (128, 1, 21312): Plan(fmt="fp8w", chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (64, 1, 42624): Plan(fmt="fp8w", chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (32, 1, 85248): Plan(fmt="fp8w", chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
 }
 DEFAULT_FORMAT = "fp8"
 
@@ -126,7 +126,8 @@ def _default_plan(batch: int, next_n: int, max_model_len: int):
     chunk = 8 if next_n == 1 else 16
     while chunk > 1 and batch * ((pages + chunk - 1) // chunk) < 132 * 4:
         chunk //= 2
-    return Plan(DEFAULT_FORMAT, chunk, 3 if next_n == 1 else 4, 4, 1, 0, 1, 0)
+    return Plan(fmt=DEFAULT_FORMAT, chunk=chunk, stages=3 if next_n == 1 else 4, warps=4, bt_vector=1, scale_tma=0,
+                kv_tma=1, q_tma=0)
 
 
 def plan_for(batch: int, next_n: int, max_model_len: int) -> Plan:
@@ -302,8 +303,8 @@ if triton is not None:
 # page. Triton keeps a decoded wgmma operand in registers only if the decode is a pure unary op of the
 # loaded tile (OptimizeDotOperands' MMAV3HoistLayoutConversion); a decode that also reads the block
 # scales is not. Gluon states the layouts: the packed keys are read from shared memory straight into
-# the wgmma register-operand layout and decoded in place (142 -> 110 us at 256 x 8192 for the same
-# decode in Triton). What is left is instruction issue: ~170 instructions of decode and ~110 of
+# the wgmma register-operand layout and decoded in place (faster than the same decode in Triton:
+# docs/paged_design.md). What is left is instruction issue: ~170 instructions of decode and ~110 of
 # epilogue per thread per 64-key page, where the fp8 kernel needs no decode and is memory-bound.
 #
 # Decode ("fold"): a key's 4 UE8M0 scales 2^(e_g - 127) are split into 2^(emax - 129), applied to the
@@ -892,7 +893,8 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
     batch, next_n, _ = _shape_of(data)
     plan = Plan(*(plan or plan_for(batch, next_n, max_model_len)))
-    fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
+    fmt, chunk, stages, warps = plan.fmt, plan.chunk, plan.stages, plan.warps
+    bt_vector, scale_tma, kv_tma, q_tma = plan.bt_vector, plan.scale_tma, plan.kv_tma, plan.q_tma
     if fmt == "fp4" and (scale_tma or q_tma):
         raise ValueError(f"plan {plan}: the fp4 kernel loads q and the scales without TMA")
     out = torch.empty((batch * next_n, max_model_len), dtype=torch.float32, device=weights.device)
@@ -998,7 +1000,7 @@ class _DirectLaunch:
 # --- shared block: outputs ahead (the same text in both submissions: tests/test_shared_blocks.py) ---
 class _OutputsAhead:
     """Allocates each call's output during the call before, right after that call's launches: the
-    caching allocator's host time (4-7 us on the H200 VMs) then overlaps running kernels instead of
+    caching allocator's host time (docs/paged_design.md) then overlaps running kernels instead of
     delaying the next launch, and after the L2 flush of a timed call host time is what shows. Not a
     reuse: every call returns a tensor allocated for it alone and never handed out before. Kept per
     stream, since the allocator ties a block to the stream it was allocated on; bounded. With
@@ -1027,8 +1029,10 @@ class _Route:
     def __init__(self, data, plan, ck):
         weights, max_model_len = data[2], data[5]
         batch, next_n, _ = _shape_of(data)
-        fmt, chunk, stages, warps, bt_vector, scale_tma, kv_tma, q_tma = plan
-        self.fmt, self.plan = fmt, Plan(*plan)
+        self.plan = plan = Plan(*plan)
+        self.fmt = fmt = plan.fmt
+        chunk, stages = plan.chunk, plan.stages
+        bt_vector, scale_tma, kv_tma, q_tma = plan.bt_vector, plan.scale_tma, plan.kv_tma, plan.q_tma
         self.kernel = _DirectLaunch(ck)
         self.fill_tma = triton.runtime.driver.active.utils.fill_tma_descriptor
         self.stream_of = triton.runtime.driver.active.get_current_stream

@@ -85,7 +85,7 @@ def test_without_gluon_the_big_shapes_read_bf16(monkeypatch):
         _check_rule(batch, kv, q, False)
     for key, plan in S.PLANS.items():
         if plan[5] == S.KERNEL_GLUON:
-            assert S.plan_for(*key)[5] != S.KERNEL_GLUON
+            assert S.plan_for(*key).kernel != S.KERNEL_GLUON
             _check_rule(*key, False)
 
 
@@ -360,7 +360,7 @@ def test_route_allocates_the_next_output_after_its_launches():
     small = [route(q, kv, indptr) for _ in range(2)]
     assert [o.data_ptr() for o in small] == [ptr for _, ptr in launched] and not route.outputs.spare
     # which benchmark shapes allocate ahead: all but 4 x 1024, whose kernels take ~11 us
-    ahead = {(b, kv): S._allocate_output_ahead({"batch_size": b, "kv_seq_len": kv}, S.plan_for(b, kv, 1)[0])
+    ahead = {(b, kv): S._allocate_output_ahead({"batch_size": b, "kv_seq_len": kv}, S.plan_for(b, kv, 1).fmt)
              for b in (4, 32, 64, 256) for kv in (1024, 8192)}
     assert [shape for shape, yes in ahead.items() if not yes] == [(4, 1024)]
 
@@ -431,7 +431,7 @@ def test_gluon_route_passes_the_kernels_parameters_in_order():
     route.device, route.stream_of = torch.device("cpu"), lambda index: 5
     route.descriptors, route.fill_tma = {}, lambda *a: "desc"
     route.part_ptrs, route.combine = {5: (111, 222, 333)}, None  # the scratch of stream 5
-    route.split_consts = tuple(S._split_constexprs(("fp8", 64, 3, 4, 2, S.KERNEL_GLUON), None).values())
+    route.split_consts = tuple(S._split_constexprs(S.Plan("fp8", 64, 3, 4, 2, S.KERNEL_GLUON), None).values())
     route.qk_scale, route.q_seq_len = 0.25, 1
     route.outputs = S._OutputsAhead((2, S.NUM_HEADS, S.V_DIM), ahead=False)
     route.split = types.SimpleNamespace(tma=[(), ()], head=("h",), launch=lambda *a: got.append(a))

@@ -271,7 +271,7 @@ def test_gluon_plans_route_to_the_reference_without_gluon(mods, case, monkeypatc
         ok, reason = sub.can_route(case, fmt, require_cuda=False)
         assert not ok and "Gluon" in reason, fmt
     # a shape planned on a Gluon kernel gets the Triton kernel's plan instead
-    monkeypatch.setitem(sub.PLANS, (2, 1, 640), sub.Plan("fp8w", 4, 3, 4, 0, 1, 1, 0))
+    monkeypatch.setitem(sub.PLANS, (2, 1, 640), sub.Plan(fmt="fp8w", chunk=4, stages=3, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0))
     assert sub.plan_for(2, 1, 640).fmt == "fp8"
     assert sub.can_route(case, "fp4", require_cuda=False)[0]  # the Triton kernels do not need it
 
@@ -338,11 +338,11 @@ def test_plans_cover_benchmarks(mods):
     for b in spec["benchmarks"]:
         L = ref._round_up(int(1.3 * b["context"]), 64)
         plan = sub.plan_for(b["batch"], b["next_n"], L)
-        assert len(plan) == 8 and plan[0] in sub.FMT_IDS and plan[1] in (1, 2, 4, 8, 16, 32, 64) and plan[3] in (4, 8)
-        if plan[0] == "fp4":  # the Triton fp4 kernel loads q and the scales plainly
-            assert plan[5] == plan[7] == 0
-        if plan[0] in sub.GLUON_FORMATS:  # the only tail the Gluon kernels take
-            assert tuple(plan[3:]) == (4, 0, 1, 1, 0)
+        assert plan.fmt in sub.FMT_IDS and plan.chunk in (1, 2, 4, 8, 16, 32, 64) and plan.warps in (4, 8)
+        if plan.fmt == "fp4":  # the Triton fp4 kernel loads q and the scales plainly
+            assert plan.scale_tma == plan.q_tma == 0
+        if plan.fmt in sub.GLUON_FORMATS:  # the only tail the Gluon kernels take
+            assert (plan.warps, plan.bt_vector, plan.scale_tma, plan.kv_tma, plan.q_tma) == (4, 0, 1, 1, 0)
 
 
 # ----------------------------------------------------------------------------------------------------

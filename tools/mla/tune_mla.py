@@ -113,8 +113,11 @@ def main():
     with open(args.log, "w") as f:
         f.write("\n".join(log) + "\n")
     kernel_names = {S.KERNEL_HMMA: "KERNEL_HMMA", S.KERNEL_WGMMA: "KERNEL_WGMMA", S.KERNEL_GLUON: "KERNEL_GLUON"}
-    table = ["PLANS = {", "    # (batch, kv_seq_len, q_seq_len): Plan(fmt, block_n, splits, warps, stages, kernel)"]
-    table += [f"    {key}: Plan({', '.join(map(repr, plan[:5]))}, {kernel_names[plan[5]]})," for key, (ms, plan) in best.items()]
+    table = ["PLANS = {", "    # (batch, kv_seq_len, q_seq_len): Plan"]
+    for key, (ms, plan) in best.items():
+        plan = S.Plan(*plan)
+        fields = ", ".join(f"{name}={value!r}" for name, value in plan._asdict().items() if name != "kernel")
+        table.append(f"    {key}: Plan({fields}, kernel={kernel_names[plan.kernel]}),")
     table.append("}")
     print("\n" + "\n".join(table))
     if args.write:
