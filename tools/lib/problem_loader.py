@@ -17,9 +17,10 @@ from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "results"  # every results file, each written by the tool that measured it
-# bytes/s: the H200's measured device copy rate (read + write), the tools' memory floor; the judge's
-# floor uses the datasheet peak (judge_stats.PEAK_BANDWIDTH)
-PEAK_BW = 4.2e12
+sys.path.insert(0, str(ROOT))
+import judge_stats  # noqa: E402
+
+PEAK_BW = judge_stats.COPY_BANDWIDTH_H200  # bytes/s: the tools' memory floor, defined beside the judge's
 
 
 def load(problem: str = ".") -> SimpleNamespace:
