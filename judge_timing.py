@@ -6,6 +6,7 @@ import dataclasses
 import gc
 import math
 import mmap
+import secrets
 import select
 import signal
 import struct
@@ -20,8 +21,51 @@ from judge_process import (
 from judge_report import Report, from_submission, triton_version
 from judge_stats import TimedCall, _fmt_ns, peak_bandwidth
 from judge_worker import (
-    CudaDriver, DIGEST_AT, HOLD_PTX, LET_GO_AT, ONE_BLOCK_HOLD, POLL_S, RELEASE_AT, STAGED_AT, _dtypes, _libc,
-    digest_key, hold_targets, output_digest)
+    DIGEST_AT, DIGEST_BLOCK, DIGEST_LEVELS, HOLD_PTX, LET_GO_AT, ONE_BLOCK_HOLD, POLL_S, RELEASE_AT, STAGED_AT,
+    CudaDriver, _dtypes, _libc, digest_words, hold_targets)
+
+# The judge's side of the output's digest (judge_worker.py says what it is and why): a key per call, and
+# the digest of the bytes the judge copied, in torch ops, independent of the worker's Triton kernel.
+_DIGEST_MULTIPLIER = 0xBF58476D1CE4E5B9  # splitmix64's
+
+
+def _as_int64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def digest_key() -> list[int]:
+    """A fresh key for one timed call: one signed 64-bit integer per lane."""
+    return [_as_int64(secrets.randbits(64)) for _ in range(2)]
+
+
+def _digest_mix(x):
+    """x ^= x >> 32 (logical), x *= M, x ^= x >> 29, on int64 tensors holding 64-bit patterns."""
+    x = x ^ ((x >> 32) & 0xFFFFFFFF)
+    x = x * _as_int64(_DIGEST_MULTIPLIER)
+    return x ^ ((x >> 29) & ((1 << 35) - 1))
+
+
+def output_digest(torch, flat, key: list[int]):
+    """The keyed digest of a result region's bytes: two int64 (one per lane). Each pass maps every
+    DIGEST_BLOCK words (the last block zero-padded) to one, leaves mixed with the key and pairs compressed
+    level by level, until one word a lane is left; the first pass reads the bytes, the later ones each
+    lane's own words. WorkerDigest computes the same on the GPU."""
+    k = torch.tensor(key, dtype=torch.int64, device=flat.device).view(2, 1, 1)
+    x = digest_words(torch, flat).view(1, -1)
+    while True:
+        n = x.shape[1]
+        blocks = max(1, -(-n // DIGEST_BLOCK))
+        y = torch.zeros((2, blocks * DIGEST_BLOCK), dtype=torch.int64, device=flat.device)
+        y[:, :n] = x
+        y = _digest_mix(y.view(2, blocks, DIGEST_BLOCK) ^ k)
+        for _ in range(DIGEST_LEVELS):
+            y = y.view(2, blocks, -1, 2)
+            a, b = y[..., 0], y[..., 1]
+            y = _digest_mix(a + _digest_mix(b ^ k)) ^ a ^ b
+        x = y.view(2, blocks)
+        if blocks == 1:
+            return x.view(2)
+
 
 # On the CPU the judge, the worker and their copies of an input share the machine's memory: a case runs
 # only when this many times its input (reference.input_bytes) is available. eval.py test peaks at 3.2x

@@ -14,7 +14,6 @@ import json
 import mmap
 import os
 import pickle
-import secrets
 import select
 import socket
 import struct
@@ -458,21 +457,10 @@ _SIGNAL_PTX = r"""
 # node for one of its inputs is a search (about 2**41 steps, docs/judge.md), not an equation. Two lanes
 # read the same words under two 64-bit keys drawn per call: words fitted to one lane's digest leave the
 # other's a search over about 2**64 outputs, where a worker has milliseconds at most. The worker computes it
-# with a Triton kernel (WorkerDigest), the judge with torch ops (output_digest); tests check they agree.
+# with a Triton kernel (WorkerDigest), the judge with torch ops (judge_timing.output_digest), under a key the
+# judge draws per call (judge_timing.digest_key); tests check the two agree.
 DIGEST_BLOCK = 1024
 DIGEST_LEVELS = DIGEST_BLOCK.bit_length() - 1
-_DIGEST_MULTIPLIER = 0xBF58476D1CE4E5B9  # splitmix64's
-
-
-def _as_int64(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def digest_key() -> list[int]:
-    """A fresh key for one timed call: one signed 64-bit integer per lane."""
-    return [_as_int64(secrets.randbits(64)) for _ in range(2)]
-
-
 def digest_words(torch, flat):
     """A result region's bytes (a uint8 tensor) as 64-bit words, zero-padded to whole words."""
     if flat.numel() % 8:
@@ -482,41 +470,12 @@ def digest_words(torch, flat):
     return flat.view(torch.int64)
 
 
-def _digest_mix(x):
-    """x ^= x >> 32 (logical), x *= M, x ^= x >> 29, on int64 tensors holding 64-bit patterns."""
-    x = x ^ ((x >> 32) & 0xFFFFFFFF)
-    x = x * _as_int64(_DIGEST_MULTIPLIER)
-    return x ^ ((x >> 29) & ((1 << 35) - 1))
-
-
-def output_digest(torch, flat, key: list[int]):
-    """The keyed digest of a result region's bytes: two int64 (one per lane). Each pass maps every
-    DIGEST_BLOCK words (the last block zero-padded) to one, leaves mixed with the key and pairs compressed
-    level by level, until one word a lane is left; the first pass reads the bytes, the later ones each
-    lane's own words. WorkerDigest computes the same on the GPU."""
-    k = torch.tensor(key, dtype=torch.int64, device=flat.device).view(2, 1, 1)
-    x = digest_words(torch, flat).view(1, -1)
-    while True:
-        n = x.shape[1]
-        blocks = max(1, -(-n // DIGEST_BLOCK))
-        y = torch.zeros((2, blocks * DIGEST_BLOCK), dtype=torch.int64, device=flat.device)
-        y[:, :n] = x
-        y = _digest_mix(y.view(2, blocks, DIGEST_BLOCK) ^ k)
-        for _ in range(DIGEST_LEVELS):
-            y = y.view(2, blocks, -1, 2)
-            a, b = y[..., 0], y[..., 1]
-            y = _digest_mix(a + _digest_mix(b ^ k)) ^ a ^ b
-        x = y.view(2, blocks)
-        if blocks == 1:
-            return x.view(2)
-
-
 # Triton's language, once WorkerDigest has imported it; until then a stand-in for the kernel's annotations.
 tl = types.SimpleNamespace(constexpr="tl.constexpr")
 
 
 def _digest_kernel(src, dst, key, n, lane_stride, BLOCK: tl.constexpr, LEVELS: tl.constexpr):
-    """One pass of output_digest as a Triton kernel (WorkerDigest makes it one): program (block, lane) maps
+    """One pass of judge_timing.output_digest as a Triton kernel (WorkerDigest makes it one): program (block, lane) maps
     words [block * BLOCK, (block + 1) * BLOCK) of its lane's row of src (rows lane_stride apart: 0 on the
     first pass, where both lanes read the output) to dst[lane, block]."""
     block, lane = tl.program_id(0), tl.program_id(1)
@@ -540,7 +499,7 @@ def _digest_kernel(src, dst, key, n, lane_stride, BLOCK: tl.constexpr, LEVELS: t
 
 
 class WorkerDigest:
-    """output_digest on the worker's stream, for its signal: a few launches of one Triton kernel, where the
+    """judge_timing.output_digest on the worker's stream, for its signal: a few launches of one Triton kernel, where the
     judge's torch ops take hundreds. Triton is imported only here, once the worker is confined."""
 
     def __init__(self, torch):
@@ -798,7 +757,7 @@ class WorkerSession:
         self.send(kind="done", output=meta, changed=changed)
 
     def op_timed(self, seq: int, key: list, mimic_ns: float = 0, early: bool = False):
-        """One timed call; key, the digest's for this call's signal (output_digest)."""
+        """One timed call; key, the digest's for this call's signal (WorkerDigest)."""
         self.seq, self.mimic_ns, self.null_early = seq, mimic_ns, early
         gc.disable()
         try:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import judge_process
+import judge_timing
 import judge_worker
 
 def _run_seccomp(program: bytes, arch: int, nr: int, args=(0,) * 6) -> int:
@@ -57,20 +58,20 @@ def test_the_worker_syscall_filter_per_arch():
 
 
 def test_the_output_digest_binds_every_byte_its_order_and_the_key():
-    """output_digest: two int64 that change with one bit anywhere, with two words swapped, with the key, and
+    """judge_timing.output_digest: two int64 that change with one bit anywhere, with two words swapped, with the key, and
     with a bend that keeps the words' sum (what fits_its_output_to_an_early_digest does to a sum)."""
     g = torch.Generator().manual_seed(3)
-    key = judge_worker.digest_key()
+    key = judge_timing.digest_key()
     for n in (0, 3, 8, 4099, 8 * judge_worker.DIGEST_BLOCK + 5, 1 << 16):
         flat = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
-        digest = judge_worker.output_digest(torch, flat, key).tolist()
-        assert len(digest) == 2 and judge_worker.output_digest(torch, flat.clone(), key).tolist() == digest
-        assert judge_worker.output_digest(torch, flat, judge_worker.digest_key()).tolist() != digest
+        digest = judge_timing.output_digest(torch, flat, key).tolist()
+        assert len(digest) == 2 and judge_timing.output_digest(torch, flat.clone(), key).tolist() == digest
+        assert judge_timing.output_digest(torch, flat, judge_timing.digest_key()).tolist() != digest
         if n:
             i = int(torch.randint(0, n, (1,), generator=g))
             flipped = flat.clone()
             flipped[i] ^= 1 << int(torch.randint(0, 8, (1,), generator=g))
-            assert judge_worker.output_digest(torch, flipped, key).tolist() != digest
+            assert judge_timing.output_digest(torch, flipped, key).tolist() != digest
         if n >= 16:
             words = flat[:n // 8 * 8].view(torch.int64)
             swapped, bent = words.clone(), words.clone()
@@ -79,17 +80,19 @@ def test_the_output_digest_binds_every_byte_its_order_and_the_key():
             for other in (swapped, bent):
                 if not torch.equal(other, words):
                     changed = torch.cat([other.view(torch.uint8), flat[n // 8 * 8:]])
-                    assert judge_worker.output_digest(torch, changed, key).tolist() != digest
+                    assert judge_timing.output_digest(torch, changed, key).tolist() != digest
 
 
 def test_the_workers_digest_kernel_is_the_judges_digest():
     """WorkerDigest's Triton kernel (under the interpreter, run from a sealed copy of judge_worker.py as the workers
-    start from, where Triton must find the kernel's source) gives output_digest's two words for outputs of one,
+    start from, where Triton must find the kernel's source) gives judge_timing.output_digest's two words for outputs of one,
     two and three passes, tails included."""
     block = judge_worker.DIGEST_BLOCK
     script = textwrap.dedent(f"""
         import runpy, sys, torch
         ns = runpy.run_path(sys.argv[1], run_name="eval_copy")
+        sys.path.insert(0, sys.argv[2])
+        import judge_timing
         import triton, triton.language
         ns["_digest_kernel"].__globals__["tl"] = triton.language
         digest = ns["WorkerDigest"].__new__(ns["WorkerDigest"])
@@ -98,16 +101,16 @@ def test_the_workers_digest_kernel_is_the_judges_digest():
         g = torch.Generator().manual_seed(5)
         for n in (0, 5, 8, 8 * {block}, 8 * {block} + 3, 8 * {block} ** 2 + 8):
             flat = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
-            key = ns["digest_key"]()
+            key = judge_timing.digest_key()
             digest.load_key(key)
-            assert digest(flat).tolist() == ns["output_digest"](torch, flat, key).tolist(), n
+            assert digest(flat).tolist() == judge_timing.output_digest(torch, flat, key).tolist(), n
         print("agree")
     """)
     fd = judge_process.sealed_copy(judge_process.WORKER_CODE.read_bytes(), "judge-worker.py")
     if fd is None:
         pytest.skip("no memfd")
     try:
-        done = subprocess.run([sys.executable, "-c", script, f"/proc/self/fd/{fd}"], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-c", script, f"/proc/self/fd/{fd}", str(judge_process.ROOT)], capture_output=True, text=True,
                               env=dict(os.environ, TRITON_INTERPRET="1"), pass_fds=(fd,), timeout=600)
     finally:
         os.close(fd)
