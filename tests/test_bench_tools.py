@@ -190,12 +190,12 @@ def test_the_paged_sweep_times_each_plan_through_the_route_and_restores_the_plan
         seen = []
 
         def custom_kernel(data):  # what the route would run: the plan custom_kernel finds for the shape
-            seen.append(tuple(S.plan_for(*key)))
-            return torch.full((2,), float(seen[-1] == plan))
+            seen.append(S.plan_for(*key))
+            return torch.full((2,), float(seen[-1] == S.as_plan(plan)))
         monkeypatch.setattr(S, "custom_kernel", custom_kernel)
         monkeypatch.setattr(bench, "gpu_time", lambda fn, iters: (fn(), 7.5)[1])
         assert bench.route_gpu_time(None, key, plan, 10, torch.ones(2)) == 7.5
-        assert set(seen) == {plan} and S.PLANS == shipped and S.route_count() == 0
+        assert set(seen) == {S.as_plan(plan)} and S.PLANS == shipped and S.route_count() == 0
         with pytest.raises(RuntimeError, match="does not reproduce"):
             bench.route_gpu_time(None, key, plan, 10, torch.zeros(2))
         assert S.PLANS == shipped

@@ -27,7 +27,7 @@ whole (rows, max_model_len) output is written exactly once, by this one kernel.
       operand and decoded there to e5m2 with the block scales folded in; one fp8 wgmma pair per page
       (QGMMA). Issue-bound (the decode and the epilogue), still slower than fp8, so no plan uses it.
 
-Per-shape plans (PLANS) pick the format, chunk, pipeline depth and which loads use TMA.
+Per-shape plans (PLANS) pick the input pair, the kernel, chunk, pipeline depth and which loads use TMA.
 
 Host path: the first call of an input signature routes, compiles through Triton's JIT and caches a
 _Route; later calls launch the compiled kernel through Triton's C launcher with pre-expanded arguments
@@ -68,9 +68,12 @@ except Exception as exc:  # pragma: no cover - depends on the install
 
 H, D, BLOCK = 64, 128, 64
 FMT_FP8, FMT_FP4 = 8, 4
-# Kernels by plan format: "fp8" and "fp4" run the Triton kernel on that format pair; "fp8w" and "fp4w" the
-# Gluon kernel on that pair (fp4w: keys decoded into the wgmma register operand; fp4ws: the same,
-# warp-specialised).
+# The kernels a plan can name: the Triton kernel (either pair), the Gluon kernel of the pair (fp4: keys
+# decoded into the wgmma register operand), and the fp4 Gluon kernel warp-specialised.
+TRITON, GLUON, GLUON_WS = "triton", "gluon", "gluon-ws"
+# A plan's route, its pair and kernel in one name (Plan.fmt; the sweeps' and tests' compact tuples start with
+# it): the pair, then "w" for its Gluon kernel, "ws" for the warp-specialised one.
+ROUTE_SUFFIX = {TRITON: "", GLUON: "w", GLUON_WS: "ws"}
 FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4, "fp4ws": FMT_FP4, "fp8w": FMT_FP8}
 PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4", "fp4ws": "fp4", "fp8w": "fp8"}  # the input pair a plan format reads
 GLUON_FORMATS = ("fp4w", "fp4ws", "fp8w")  # plan formats run by a Gluon kernel
@@ -95,7 +98,8 @@ _compiled = {}  # (kernel, plan, device) -> CompiledKernel, the latest launch la
 
 
 class Plan(NamedTuple):
-    fmt: str        # the input pair it reads: "fp8", "fp4" (the Triton kernel) or "fp8w", "fp4w" (the Gluon ones)
+    pair: str       # the input pair it reads: "fp8" or "fp4"
+    kernel: str     # TRITON, GLUON or GLUON_WS (fp4 only)
     chunk: int      # cache pages (blocks of 64 tokens) per program
     stages: int     # depth of the page pipeline
     warps: int
@@ -105,18 +109,36 @@ class Plan(NamedTuple):
     kv_tma: int     #    q and the scales plainly)
     q_tma: int
 
+    @property
+    def fmt(self) -> str:
+        """The route's name: "fp8", "fp4" (the Triton kernel), "fp8w", "fp4w", "fp4ws" (the Gluon ones)."""
+        return self.pair + ROUTE_SUFFIX[self.kernel]
+
+
+def as_plan(plan) -> Plan:
+    """A Plan, from a Plan or from the compact tuple the sweeps and tests write: (route name, chunk, stages,
+    warps, bt_vector, scale_tma, kv_tma, q_tma)."""
+    if isinstance(plan, Plan):
+        return plan
+    route, *rest = plan
+    if route not in PAIR:
+        raise ValueError(f"plan {tuple(plan)!r}: unknown route {route!r} (one of {', '.join(PAIR)})")
+    kernel = {suffix: kernel for kernel, suffix in ROUTE_SUFFIX.items()}[route[len(PAIR[route]):]]
+    return Plan(PAIR[route], kernel, *rest)
+
 
 # Per-shape plans, keyed by (batch, next_n, max_model_len), from a sweep on an H200
-# (tools/paged/bench_paged.py, each plan timed through custom_kernel). Each host tensor descriptor costs an encode for each new input (memoized
-# by address), so the Triton plans keep one (the keys'); the Gluon kernels take two (keys, scale words).
+# (tools/paged/bench_paged.py, each plan timed through custom_kernel). Each host tensor descriptor costs an
+# encode for each new input (memoized by address), so the Triton plans keep one (the keys'); the Gluon
+# kernels take two (keys, scale words).
 PLANS = {
-    (256, 1, 1344): Plan(fmt="fp8", chunk=8, stages=3, warps=4, bt_vector=1, scale_tma=0, kv_tma=1, q_tma=0),
-    (256, 1, 5376): Plan(fmt="fp8w", chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
-    (256, 1, 10688): Plan(fmt="fp8w", chunk=8, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
-    (256, 2, 10688): Plan(fmt="fp8w", chunk=16, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
-    (128, 1, 21312): Plan(fmt="fp8w", chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
-    (64, 1, 42624): Plan(fmt="fp8w", chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
-    (32, 1, 85248): Plan(fmt="fp8w", chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (256, 1, 1344): Plan(pair="fp8", kernel=TRITON, chunk=8, stages=3, warps=4, bt_vector=1, scale_tma=0, kv_tma=1, q_tma=0),
+    (256, 1, 5376): Plan(pair="fp8", kernel=GLUON, chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (256, 1, 10688): Plan(pair="fp8", kernel=GLUON, chunk=8, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (256, 2, 10688): Plan(pair="fp8", kernel=GLUON, chunk=16, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (128, 1, 21312): Plan(pair="fp8", kernel=GLUON, chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (64, 1, 42624): Plan(pair="fp8", kernel=GLUON, chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
+    (32, 1, 85248): Plan(pair="fp8", kernel=GLUON, chunk=4, stages=2, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0),
 }
 DEFAULT_FORMAT = "fp8"
 
@@ -126,7 +148,7 @@ def _default_plan(batch: int, next_n: int, max_model_len: int):
     chunk = 8 if next_n == 1 else 16
     while chunk > 1 and batch * ((pages + chunk - 1) // chunk) < 132 * 4:
         chunk //= 2
-    return Plan(fmt=DEFAULT_FORMAT, chunk=chunk, stages=3 if next_n == 1 else 4, warps=4, bt_vector=1, scale_tma=0,
+    return Plan(pair=DEFAULT_FORMAT, kernel=TRITON, chunk=chunk, stages=3 if next_n == 1 else 4, warps=4, bt_vector=1, scale_tma=0,
                 kv_tma=1, q_tma=0)
 
 
@@ -134,8 +156,8 @@ def plan_for(batch: int, next_n: int, max_model_len: int) -> Plan:
     plan = PLANS.get((batch, next_n, max_model_len))
     if plan is None:
         return _default_plan(batch, next_n, max_model_len)
-    plan = plan if isinstance(plan, Plan) else Plan(*plan)  # (a table edited by hand may hold tuples)
-    if plan.fmt in GLUON_FORMATS and _GLUON_ERROR is not None:  # a Triton without Gluon: the Triton kernel
+    plan = as_plan(plan)  # (a table edited by hand may hold tuples)
+    if plan.kernel != TRITON and _GLUON_ERROR is not None:  # a Triton without Gluon: the Triton kernel
         return _default_plan(batch, next_n, max_model_len)
     return plan
 
@@ -892,7 +914,7 @@ def launch(data: input_t, plan=None) -> torch.Tensor:
     and what the CPU tests drive under TRITON_INTERPRET=1 (the Triton kernel; Gluon has no interpreter)."""
     q, kv_cache, weights, context_lens, block_tables, max_model_len = data
     batch, next_n, _ = _shape_of(data)
-    plan = Plan(*(plan or plan_for(batch, next_n, max_model_len)))
+    plan = as_plan(plan or plan_for(batch, next_n, max_model_len))
     fmt, chunk, stages, warps = plan.fmt, plan.chunk, plan.stages, plan.warps
     bt_vector, scale_tma, kv_tma, q_tma = plan.bt_vector, plan.scale_tma, plan.kv_tma, plan.q_tma
     if fmt == "fp4" and (scale_tma or q_tma):
@@ -1029,7 +1051,7 @@ class _Route:
     def __init__(self, data, plan, ck):
         weights, max_model_len = data[2], data[5]
         batch, next_n, _ = _shape_of(data)
-        self.plan = plan = Plan(*plan)
+        self.plan = plan = as_plan(plan)
         self.fmt = fmt = plan.fmt
         chunk, stages = plan.chunk, plan.stages
         bt_vector, scale_tma, kv_tma, q_tma = plan.bt_vector, plan.scale_tma, plan.kv_tma, plan.q_tma

@@ -271,7 +271,7 @@ def test_gluon_plans_route_to_the_reference_without_gluon(mods, case, monkeypatc
         ok, reason = sub.can_route(case, fmt, require_cuda=False)
         assert not ok and "Gluon" in reason, fmt
     # a shape planned on a Gluon kernel gets the Triton kernel's plan instead
-    monkeypatch.setitem(sub.PLANS, (2, 1, 640), sub.Plan(fmt="fp8w", chunk=4, stages=3, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0))
+    monkeypatch.setitem(sub.PLANS, (2, 1, 640), sub.Plan(pair="fp8", kernel=sub.GLUON, chunk=4, stages=3, warps=4, bt_vector=0, scale_tma=1, kv_tma=1, q_tma=0))
     assert sub.plan_for(2, 1, 640).fmt == "fp8"
     assert sub.can_route(case, "fp4", require_cuda=False)[0]  # the Triton kernels do not need it
 
@@ -369,8 +369,8 @@ _INTERP = textwrap.dedent("""
             bt[torch.arange(bt.shape[1])[None, :] >= pages[:, None]] = 1 << 30
         out = S.launch(data, tuple(plan) if plan else None)
         ok, msg = R.check_implementation(data, out)
-        fmt = plan[0] if plan else S.plan_for(*S._shape_of(data))[0]
-        res.append([ok and msg.startswith(f"matches the {fmt} pair"), msg])  # and through the pair it read
+        pair = S.as_plan(plan).pair if plan else S.plan_for(*S._shape_of(data)).pair
+        res.append([ok and msg.startswith(f"matches the {pair} pair"), msg])  # and through the pair it read
     print(json.dumps(res))
 """)
 

@@ -143,7 +143,7 @@ def route_gpu_time(data, key, plan, iters, expected):
     hold on a slow host and so leak into the GPU time.) expected: the plan's output from S.launch, which
     the route must reproduce bit for bit (else it fell back). PLANS and the routes are left as found."""
     saved = S.PLANS.get(key)
-    S.PLANS[key] = S.Plan(*plan)
+    S.PLANS[key] = S.as_plan(plan)
     S.clear_routes()
     try:
         S.custom_kernel(data)  # routes, compiles, checks the direct launch against Triton's
@@ -240,7 +240,7 @@ def main():
                 try:
                     out = S.launch(data, plan)
                     torch.cuda.synchronize()
-                    good, worst, bad_inf, nonfin = quick_check(out, *ref_of(S.PAIR[plan[0]]), valid)
+                    good, worst, bad_inf, nonfin = quick_check(out, *ref_of(S.as_plan(plan).pair), valid)
                     t = route_gpu_time(data, key, plan, args.iters, out)
                     timed[plan] = (t, good, worst)
                 except Exception as exc:
@@ -260,7 +260,7 @@ def main():
             candidates = [min((p for p in timed if timed[p][1]), key=lambda p: timed[p][0])]
         ranked = sorted(timed, key=lambda p: timed[p][0])
         for fmt in S.FMT_IDS:
-            mine = [p for p in ranked if p[0] == fmt]
+            mine = [p for p in ranked if S.as_plan(p).fmt == fmt]
             if mine:
                 print(f"  {s} {fmt}: " + ", ".join(f"{p[1:4]}={timed[p][0]:.1f}{'' if timed[p][1] else ' FAIL'}"
                                                    for p in mine[:6]), flush=True)
@@ -270,8 +270,8 @@ def main():
             S.clear_routes()
             out = S.custom_kernel(data)  # compiles / caches the entry
             out = S.custom_kernel(data)  # through the launch cache
-            good, msg = R.compare(data, out, S.PAIR[best[0]])[:2]
-            nbytes = moved_bytes(data, S.PAIR[best[0]])
+            good, msg = R.compare(data, out, S.as_plan(best).pair)[:2]
+            nbytes = moved_bytes(data, S.as_plan(best).pair)
             t_gpu = gpu_time(lambda: S.custom_kernel(data), args.iters)
             t_host = host_time(lambda: S.custom_kernel(data))
             t_host_jit = host_time(lambda: S.launch(data, best), 20)
@@ -300,7 +300,8 @@ def main():
     print("\nPLANS = {")
     for r in results:
         s = r["spec"]
-        print(f"    ({s['batch']}, {s['next_n']}, {R._round_up(math.floor(1.3 * s['context']), 64)}): {r['plan']},")
+        key = (s["batch"], s["next_n"], R._round_up(math.floor(1.3 * s["context"]), 64))
+        print(f"    {key}: {S.as_plan(r['plan'])!r},")
     print("}")
     print(f"\n{'batch':>5} {'n':>2} {'ctx':>6} {'plan':>28} {'gpu us':>7} {'GB/s':>5} {'host us':>7} "
           f"{'floor us':>8} ok err/tol")
