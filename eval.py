@@ -44,6 +44,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -51,12 +52,21 @@ import time
 import traceback
 from pathlib import Path
 
-from judge_cases import DefinitionError, load_task, make_cases, parse_tests_file, validate_cases
-from judge_modes import Outcome, RunClock, refuse_unfit_cases, run_benchmarks, run_compare, run_profiles, run_tests
-from judge_process import CaseFailure, ROOT, Warden, protect_judge
-from judge_report import Report, _first_line, triton_version
-from judge_stats import BANDS, CALL_BANDS, COMPARE_BANDS, SLOWEST_SHARE
-from judge_timing import Judge
+# The judge's modules are compiled from their source, never loaded from a .pyc beside it, which a worker
+# able to write there (under ncu, whose temp folder the worker may write, when it holds this folder) could
+# have planted for this run to load (judge_process.bytecode_from_source does the same for the problem's).
+_site_pycache, sys.pycache_prefix = sys.pycache_prefix, tempfile.mkdtemp(prefix="eval-bytecode-")
+try:
+    from judge_cases import DefinitionError, load_task, make_cases, parse_tests_file, validate_cases
+    from judge_modes import (Outcome, RunClock, refuse_unfit_cases, run_benchmarks, run_compare, run_profiles,
+                             run_tests)
+    from judge_process import CaseFailure, ROOT, Warden, protect_judge
+    from judge_report import Report, _first_line, triton_version
+    from judge_stats import BANDS, CALL_BANDS, COMPARE_BANDS, SLOWEST_SHARE
+    from judge_timing import Judge
+finally:
+    shutil.rmtree(sys.pycache_prefix, ignore_errors=True)
+    sys.pycache_prefix = _site_pycache
 
 MODES = ("test", "benchmark", "leaderboard", "profile", "compare")
 EXIT_OK, EXIT_FAIL, EXIT_BAD_FD, EXIT_BAD_TESTS = 0, 112, 111, 113
@@ -74,9 +84,14 @@ class FileGuard:
     metadata, and the interpreter's metadata and start-up files (startup_files): a run during which any of
     them changed fails, naming them (they are not put back: the change may be a person's edit). Metadata
     too, because Landlock does not rule it: a worker of the files' owner can chmod, chown to a group of its
-    own, set times and extended attributes."""
+    own, set times and extended attributes. And the names in the harness's and the problem's folders and
+    their __pycache__: a file added there (a module that shadows one the judge imports, compiled code)
+    fails the run too. ignore: a file the run itself writes there (its --json)."""
 
-    def __init__(self, problem: Path):
+    def __init__(self, problem: Path, ignore: Path | None = None):
+        self.folders = sorted({ROOT, problem.resolve()} | {ROOT / "__pycache__", problem.resolve() / "__pycache__"})
+        self.ignore = ignore.resolve() if ignore is not None else None
+        self.entries = self._entries()
         paths = {ROOT / name for name in HARNESS_FILES}
         paths.update(p for p in problem.iterdir() if p.suffix in (".py", ".yml") and p.name != "submission.py")
         paths.update(self.startup_files())
@@ -108,8 +123,17 @@ class FileGuard:
         # back; it shows a change that was made and undone during the run
         return st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_ctime_ns, xattrs
 
+    def _entries(self) -> set[Path]:
+        found = set()
+        for folder in self.folders:
+            try:
+                found.update(entry for entry in folder.iterdir() if entry != self.ignore)
+            except OSError:  # not there (yet)
+                pass
+        return found
+
     def changed(self) -> list[str]:
-        changed = []
+        changed = sorted(str(p) for p in self._entries() - self.entries)  # added during the run
         for path, (content, metadata) in self.saved.items():
             try:
                 same = self._metadata(path) == metadata and (content is None or path.read_bytes() == content)
@@ -251,7 +275,7 @@ def _stopped(signum, frame):
 
 def run_mode(args, problem: Path, submission: Path, other: Path | None, seed, task: dict, raw: list,
              limit_key: str, report: Report, started: float) -> int:
-    guard = FileGuard(problem)
+    guard = FileGuard(problem, ignore=Path(args.json) if args.json else None)
     # kernelbot runs profile mode under `ncu --nvtx-include custom_kernel/` with POPCORN_NCU=1.
     under_ncu = args.mode == "profile" and os.environ.pop("POPCORN_NCU", "0").strip().lower() in ("1", "true", "yes")
     warden = Warden()  # cleans up after this process if it is killed before it is done

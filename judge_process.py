@@ -1,6 +1,7 @@
 """The judge's side of a worker: the judge kept out of the worker's reach, the sandbox a worker runs in, its
 process and its messages, the memory they share, and the clean-up of everything a worker started (the
 warden, process groups, DescendantsStopped)."""
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -460,6 +461,22 @@ def sealed_copy(data: bytes, name: str) -> int | None:
         view = view[os.write(fd, view):]
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
     return fd
+
+
+@contextlib.contextmanager
+def bytecode_from_source():
+    """Imports inside compile the modules they load from source into a private folder, and read no .pyc
+    beside them: for the problem's modules (reference, task, utils), which a worker able to write their
+    folder could otherwise have planted compiled code beside for a later run. (Only around those imports:
+    torch and the rest of site-packages keep their own.)"""
+    saved = sys.pycache_prefix
+    private = tempfile.mkdtemp(prefix="eval-bytecode-")
+    sys.pycache_prefix = private
+    try:
+        yield
+    finally:
+        sys.pycache_prefix = saved
+        shutil.rmtree(private, ignore_errors=True)
 
 
 # The worker's code (judge_worker.py) as the judge read it before any submission ran, for the workers to

@@ -17,7 +17,7 @@ from pathlib import Path
 from judge_cases import TestCase
 from judge_process import (
     CaseFailure, CaseSkipped, DescendantsStopped, InputLayout, Sandbox, SharedRegion, Warden, WorkerProcess,
-    _descendants, _signal_all, available_memory, kill_descendants)
+    _descendants, _signal_all, available_memory, bytecode_from_source, kill_descendants)
 from judge_report import Report, from_submission, triton_version
 from judge_stats import TimedCall, _fmt_ns, peak_bandwidth
 from judge_worker import (
@@ -277,8 +277,10 @@ class Judge:
             self.workers_started.append(w)
             w.spawn()
         import torch
-        import reference
-        import utils
+
+        with bytecode_from_source():  # torch first: only the problem's own modules compile from source here
+            import reference
+            import utils
 
         self.torch, self.reference = torch, reference
         self.cuda = torch.cuda.is_available()

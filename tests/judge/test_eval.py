@@ -661,6 +661,24 @@ def test_the_judge_notices_its_pythons_start_up_files_change(tmp_path, monkeypat
     assert guard.changed() == [str(site / "kept.pth")]
 
 
+def test_a_file_added_beside_the_judges_or_the_problems_modules_fails_the_run(tmp_path):
+    """FileGuard: a module or compiled code added to the problem's folder or its __pycache__ during the run (one
+    that shadows a module the judge imports, or a .pyc for the next run) fails it, named; the run's own --json
+    there does not."""
+    problem = tmp_path / "problem"
+    problem.mkdir()
+    (problem / "reference.py").write_text("x = 1\n")
+    results = problem / "results.json"
+    guard = cli.FileGuard(problem, ignore=results)
+    results.write_text("{}")
+    assert guard.changed() == []
+    (problem / "yaml.py").write_text("raise SystemExit\n")
+    (problem / "__pycache__").mkdir()
+    (problem / "__pycache__" / "reference.cpython-311.pyc").write_bytes(b"planted")
+    assert guard.changed() == sorted(str(p) for p in (problem / "__pycache__", problem / "yaml.py",
+                                                       problem / "__pycache__" / "reference.cpython-311.pyc"))
+
+
 def test_the_submission_cannot_raise_its_scheduling_groups_priority(problem, one_case):
     """nice 19 holds for the worker's whole session (sched_autogroup): its /proc/self/autogroup is out of its
     reach (Landlock), and the judge checks the worker's priority before every timed call."""
@@ -1132,3 +1150,25 @@ def test_a_stream_left_blocked_by_a_child_process_neither_hangs_the_judge_nor_pa
 def test_a_submission_holding_the_gpus_memory_cannot_take_the_judge_down(problem):
     code, out, err, log, _ = run_eval(problem, "benchmark", submission="holds_the_gpu_memory", popcorn=True)
     assert code in (0, 112) and "check" in log and "Traceback" not in err, out + err
+
+
+def test_compiled_code_planted_beside_the_judges_modules_is_never_loaded(tmp_path, one_case):
+    """A .pyc beside a judge module or the problem's reference (what a worker that could write the judge's folder,
+    under ncu with that folder in its temp one, could leave for the next run): the judge compiles its own and
+    the problem's modules from source, so the planted code never runs."""
+    import py_compile
+
+    kit = tmp_path / "kit"
+    kit.mkdir()
+    for name in [*cli.HARNESS_FILES, "reference.py", "task.py", "task.yml"]:
+        shutil.copy(ROOT / name, kit / name)
+    shutil.copy(SUBMISSIONS / "honest_bf16.py", kit / "submission.py")
+    for name in ("judge_stats", "reference"):
+        planted = tmp_path / f"{name}.py"
+        planted.write_text((kit / f"{name}.py").read_text() + "\nprint('PLANTED in the judge', flush=True)\n")
+        cache = kit / "__pycache__" / f"{name}.{sys.implementation.cache_tag}.pyc"
+        py_compile.compile(str(planted), cfile=str(cache), doraise=True,
+                           invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+    done = subprocess.run([sys.executable, str(kit / "eval.py"), "test", one_case], capture_output=True, text=True,
+                          timeout=300, cwd=kit, env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+    assert done.returncode == 0 and "PLANTED" not in done.stdout + done.stderr, done.stdout + done.stderr
