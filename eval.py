@@ -89,7 +89,7 @@ class FileGuard:
     fails the run too. ignore: a file the run itself writes there (its --json)."""
 
     def __init__(self, problem: Path, ignore: Path | None = None):
-        self.folders = sorted({ROOT, problem.resolve()} | {ROOT / "__pycache__", problem.resolve() / "__pycache__"})
+        self.folders = [folder / sub for folder in sorted({ROOT, problem.resolve()}) for sub in (".", "__pycache__")]
         self.ignore = ignore.resolve() if ignore is not None else None
         self.entries = self._entries()
         paths = {ROOT / name for name in HARNESS_FILES}

@@ -22,7 +22,26 @@ from judge_report import Report, from_submission, triton_version
 from judge_stats import TimedCall, _fmt_ns, peak_bandwidth
 from judge_worker import (
     DIGEST_AT, DIGEST_BLOCK, DIGEST_LEVELS, HOLD_PTX, LET_GO_AT, ONE_BLOCK_HOLD, POLL_S, RELEASE_AT, STAGED_AT,
-    CudaDriver, _dtypes, _libc, digest_words, hold_targets)
+    CudaDriver, IpcHandle, _dtypes, _libc, digest_words, hold_targets)
+
+class JudgeDriver(CudaDriver):
+    """The worker's driver calls and the judge's own: its shared regions' memory and IPC handles, and the
+    reset of L2 lines a submission marked persisting."""
+
+    def alloc(self, nbytes: int) -> int:
+        ptr = ctypes.c_uint64()
+        self._call("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(nbytes))
+        return ptr.value
+
+    def ipc_handle(self, ptr: int) -> bytes:
+        handle = IpcHandle()
+        self._call("cuIpcGetMemHandle", ctypes.byref(handle), ctypes.c_uint64(ptr))
+        return bytes(handle)  # all 64 bytes (the field itself would stop at the first zero byte)
+
+    def reset_persisting_l2(self) -> None:
+        """Lines a submission marked persisting (cudaAccessPolicyWindow) become evictable again."""
+        self._call("cuCtxResetPersistingL2Cache")
+
 
 # The judge's side of the output's digest (judge_worker.py says what it is and why): a key per call, and
 # the digest of the bytes the judge copied, in torch ops, independent of the worker's Triton kernel.
@@ -285,7 +304,7 @@ class Judge:
         self.torch, self.reference = torch, reference
         self.cuda = torch.cuda.is_available()
         self.flush = utils.L2Flush() if self.cuda else None  # also makes torch's context current
-        self.driver = CudaDriver() if self.cuda else None
+        self.driver = JudgeDriver() if self.cuda else None
         self.peak_bw = peak_bandwidth(torch) if self.cuda else None
         for w in self.workers:
             w.attach(self.cuda, self.driver)

@@ -45,8 +45,8 @@ def _libc():
         return None
 
 
-# Landlock (Linux 5.13+): the worker may write only under its sandbox, the device nodes and a compile
-# cache the host named; it cannot ptrace, open /proc files of, or (ABI 6+) signal any process outside
+# Landlock (Linux 5.13+): the worker may write only under its sandbox (its compile caches among it),
+# /dev/shm, its threads' /proc and the device nodes; it cannot ptrace, open /proc files of, or (ABI 6+) signal any process outside
 # its own domain. Rights: file writes, removals, creations, rename/link across dirs (ABI 2), truncation
 # (ABI 3), device ioctls (ABI 5).
 _LL_WRITE_RIGHTS = ((1, (1 << 1) | (1 << 4) | (1 << 5) | (0x7F << 6)), (2, 1 << 13), (3, 1 << 14), (5, 1 << 15))
@@ -266,16 +266,17 @@ def _capabilities_effective() -> bool:
     return os.geteuid() == 0
 
 
-class _IpcHandle(ctypes.Structure):
+class IpcHandle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_char * 64)]
 
 
 class CudaDriver:
-    """The few driver calls torch does not expose, made in torch's (primary) context of this thread."""
+    """The few driver calls torch does not expose that a worker makes, in torch's (primary) context of this
+    thread (the judge's own: judge_timing.JudgeDriver)."""
 
     def __init__(self):
         self.lib = ctypes.CDLL("libcuda.so.1")
-        self.lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), _IpcHandle, ctypes.c_uint]
+        self.lib.cuIpcOpenMemHandle_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), IpcHandle, ctypes.c_uint]
         self._call("cuInit", ctypes.c_uint(0))
 
     def _call(self, name, *args):
@@ -285,19 +286,9 @@ class CudaDriver:
             self.lib.cuGetErrorString(rc, ctypes.byref(text))
             raise RuntimeError(f"{name}: CUDA error {rc} ({(text.value or b'unknown').decode()})")
 
-    def alloc(self, nbytes: int) -> int:
-        ptr = ctypes.c_uint64()
-        self._call("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(nbytes))
-        return ptr.value
-
-    def ipc_handle(self, ptr: int) -> bytes:
-        handle = _IpcHandle()
-        self._call("cuIpcGetMemHandle", ctypes.byref(handle), ctypes.c_uint64(ptr))
-        return bytes(handle)  # all 64 bytes (the field itself would stop at the first zero byte)
-
     def ipc_open(self, handle: bytes) -> int:
         ptr = ctypes.c_uint64()
-        self._call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), _IpcHandle.from_buffer_copy(handle), 1)
+        self._call("cuIpcOpenMemHandle_v2", ctypes.byref(ptr), IpcHandle.from_buffer_copy(handle), 1)
         return ptr.value
 
     def host_register(self, addr: int, nbytes: int) -> int:
@@ -319,10 +310,6 @@ class CudaDriver:
         self._call("cuLaunchKernel", fn, ctypes.c_uint(grid), ctypes.c_uint(1), ctypes.c_uint(1),
                    ctypes.c_uint(block), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.c_uint(0),
                    ctypes.c_void_p(stream), params, None)
-
-    def reset_persisting_l2(self) -> None:
-        """Lines a submission marked persisting (cudaAccessPolicyWindow) become evictable again."""
-        self._call("cuCtxResetPersistingL2Cache")
 
 
 class CudaArray:
@@ -461,6 +448,9 @@ _SIGNAL_PTX = r"""
 # judge draws per call (judge_timing.digest_key); tests check the two agree.
 DIGEST_BLOCK = 1024
 DIGEST_LEVELS = DIGEST_BLOCK.bit_length() - 1
+DIGEST_WARPS = 4
+
+
 def digest_words(torch, flat):
     """A result region's bytes (a uint8 tensor) as 64-bit words, zero-padded to whole words."""
     if flat.numel() % 8:
@@ -475,9 +465,9 @@ tl = types.SimpleNamespace(constexpr="tl.constexpr")
 
 
 def _digest_kernel(src, dst, key, n, lane_stride, BLOCK: tl.constexpr, LEVELS: tl.constexpr):
-    """One pass of judge_timing.output_digest as a Triton kernel (WorkerDigest makes it one): program (block, lane) maps
-    words [block * BLOCK, (block + 1) * BLOCK) of its lane's row of src (rows lane_stride apart: 0 on the
-    first pass, where both lanes read the output) to dst[lane, block]."""
+    """One pass of judge_timing.output_digest as a Triton kernel (digest_kernel makes it one): program
+    (block, lane) maps words [block * BLOCK, (block + 1) * BLOCK) of its lane's row of src (rows lane_stride
+    apart: 0 on the first pass, where both lanes read the output) to dst[lane, block]."""
     block, lane = tl.program_id(0), tl.program_id(1)
     k = tl.load(key + lane).to(tl.uint64, bitcast=True)
     offs = block * BLOCK + tl.arange(0, BLOCK)
@@ -498,26 +488,30 @@ def _digest_kernel(src, dst, key, n, lane_stride, BLOCK: tl.constexpr, LEVELS: t
     tl.store(dst + lane * tl.num_programs(0) + block + tl.arange(0, 1), x.to(tl.int64, bitcast=True))
 
 
+def digest_kernel():
+    """_digest_kernel made a Triton kernel, its sizes not specialised on (no call recompiles it)."""
+    import triton
+    import triton.language
+
+    globals()["tl"] = triton.language  # the name _digest_kernel's body uses
+    return triton.jit(_digest_kernel, do_not_specialize=["n", "lane_stride"])
+
+
 class WorkerDigest:
-    """judge_timing.output_digest on the worker's stream, for its signal: a few launches of one Triton kernel, where the
-    judge's torch ops take hundreds. Triton is imported only here, once the worker is confined."""
+    """judge_timing.output_digest on the worker's stream, for its signal: a few launches of one Triton kernel,
+    where the judge's torch ops take hundreds. device: the GPU's ("cpu" under Triton's interpreter, for tests)."""
 
-    def __init__(self, torch):
-        import triton
-        import triton.language
-
-        globals()["tl"] = triton.language  # the name _digest_kernel's body uses
+    def __init__(self, torch, device: str = "cuda"):
         self.torch = torch
-        self.kernel = triton.jit(_digest_kernel, do_not_specialize=["n", "lane_stride"])
-        self.key = torch.zeros(2, dtype=torch.int64, device="cuda")
+        self.kernel = digest_kernel()
+        self.key = torch.zeros(2, dtype=torch.int64, device=device)
 
     def load_key(self, key: list[int]) -> None:
         """The next digests' key, copied to the GPU now (before a call's holds, so the copy is off the clock)."""
         self.key.copy_(self.torch.tensor(key, dtype=self.torch.int64))
 
     def __call__(self, flat):
-        """Queues the digest of flat (a uint8 tensor on the GPU) under the loaded key; returns its (2,) int64
-        tensor."""
+        """Queues the digest of flat (a uint8 tensor) under the loaded key; returns its (2,) int64 tensor."""
         torch = self.torch
         x, stride = digest_words(torch, flat), 0
         while True:
@@ -525,7 +519,7 @@ class WorkerDigest:
             blocks = max(1, -(-n // DIGEST_BLOCK))
             out = torch.empty((2, blocks), dtype=torch.int64, device=flat.device)
             self.kernel[(blocks, 2)](x, out, self.key, n, stride, BLOCK=DIGEST_BLOCK, LEVELS=DIGEST_LEVELS,
-                                     num_warps=4)
+                                     num_warps=DIGEST_WARPS)
             if blocks == 1:
                 return out.view(2)
             x, stride = out, blocks

@@ -74,6 +74,7 @@ TRITON, GLUON, GLUON_WS = "triton", "gluon", "gluon-ws"
 # A plan's route, its pair and kernel in one name (Plan.fmt; the sweeps' and tests' compact tuples start with
 # it): the pair, then "w" for its Gluon kernel, "ws" for the warp-specialised one.
 ROUTE_SUFFIX = {TRITON: "", GLUON: "w", GLUON_WS: "ws"}
+_KERNEL_OF_SUFFIX = {suffix: kernel for kernel, suffix in ROUTE_SUFFIX.items()}
 FMT_IDS = {"fp8": FMT_FP8, "fp4": FMT_FP4, "fp4w": FMT_FP4, "fp4ws": FMT_FP4, "fp8w": FMT_FP8}
 PAIR = {"fp8": "fp8", "fp4": "fp4", "fp4w": "fp4", "fp4ws": "fp4", "fp8w": "fp8"}  # the input pair a plan format reads
 GLUON_FORMATS = ("fp4w", "fp4ws", "fp8w")  # plan formats run by a Gluon kernel
@@ -123,8 +124,7 @@ def as_plan(plan) -> Plan:
     route, *rest = plan
     if route not in PAIR:
         raise ValueError(f"plan {tuple(plan)!r}: unknown route {route!r} (one of {', '.join(PAIR)})")
-    kernel = {suffix: kernel for kernel, suffix in ROUTE_SUFFIX.items()}[route[len(PAIR[route]):]]
-    return Plan(PAIR[route], kernel, *rest)
+    return Plan(PAIR[route], _KERNEL_OF_SUFFIX[route[len(PAIR[route]):]], *rest)
 
 
 # Per-shape plans, keyed by (batch, next_n, max_model_len), from a sweep on an H200

@@ -166,12 +166,12 @@ def test_the_workers_digest_kernel_compiles_for_sm90_without_spills():
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    judge_worker._digest_kernel.__globals__["tl"] = pytest.importorskip("triton.language")
-    kernel = triton.jit(judge_worker._digest_kernel, do_not_specialize=["n", "lane_stride"])
+    kernel = judge_worker.digest_kernel()
     signature = {"src": "*i64", "dst": "*i64", "key": "*i64", "n": "i32", "lane_stride": "i32",
                  "BLOCK": "constexpr", "LEVELS": "constexpr"}
     source = ASTSource(kernel, signature, {"BLOCK": judge_worker.DIGEST_BLOCK, "LEVELS": judge_worker.DIGEST_LEVELS})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": judge_worker.DIGEST_WARPS})
     cubin = Path(tempfile.mkdtemp()) / "digest.cubin"
     cubin.write_bytes(compiled.asm["cubin"])
     usage = subprocess.run([str(_ptxas().parent / "cuobjdump"), "-res-usage", str(cubin)], capture_output=True,

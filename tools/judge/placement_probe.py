@@ -56,6 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import problem_loader  # noqa: E402
 
 import judge_process  # noqa: E402  (the judge's own InputLayout, driver calls and hold)
+import judge_timing  # noqa: E402
 import judge_worker  # noqa: E402
 
 VARIANTS = ("fresh", "arena", "ipc", "ipc+turn", "hold", "held-1ms", "held+turn", "held+write+turn", "held+turn+flush",
@@ -72,7 +73,7 @@ def arena_copy(data):
 
     layout = judge_process.InputLayout(data)
     nbytes = layout.nbytes + 4096
-    ptr = judge_worker.CudaDriver().alloc(nbytes)
+    ptr = judge_timing.JudgeDriver().alloc(nbytes)
     arena = torch.as_tensor(judge_worker.CudaArray(ptr, nbytes))
     layout.write(layout.views(arena))
     torch.cuda.synchronize()
@@ -128,16 +129,16 @@ def _arena_owner(problem: str, args: dict, conn) -> None:
 
     ptr, nbytes, layout, arena = arena_copy(mods.reference.generate_input(**args))
     flush = problem_loader.l2_flush()
-    conn.send((judge_worker.CudaDriver().ipc_handle(ptr), nbytes, layout.structure, layout.specs))
+    conn.send((judge_timing.JudgeDriver().ipc_handle(ptr), nbytes, layout.structure, layout.specs))
     views = layout.views(arena)
     pristine = arena.clone()
     flush_source = flush.buffer
     flush_sink = torch.empty(flush_source.shape, dtype=flush_source.dtype, pin_memory=True)
     their_handle, their_bytes = conn.recv()
-    theirs = layout.views(torch.as_tensor(judge_worker.CudaArray(judge_worker.CudaDriver().ipc_open(their_handle),
+    theirs = layout.views(torch.as_tensor(judge_worker.CudaArray(judge_timing.JudgeDriver().ipc_open(their_handle),
                                                              their_bytes)))
     try:
-        vmm_ptr, vmm_size, vmm_fd = vmm_export(judge_worker.CudaDriver(), nbytes)
+        vmm_ptr, vmm_size, vmm_fd = vmm_export(judge_timing.JudgeDriver(), nbytes)
         vmm_views = layout.views(torch.as_tensor(judge_worker.CudaArray(vmm_ptr, vmm_size)))
         layout.write(vmm_views)
         torch.cuda.synchronize()
@@ -172,7 +173,7 @@ class FlagHold:
         import torch
 
         torch.zeros(1, device="cuda")  # the primary context current before the driver calls
-        self.driver = judge_worker.CudaDriver()
+        self.driver = judge_timing.JudgeDriver()
         self.page = mmap.mmap(-1, 4096)  # page-aligned, as cuMemHostRegister wants
         self.dev = self.driver.host_register(ctypes.addressof(ctypes.c_char.from_buffer(self.page)), 4096)
         self.fn = self.driver.function(judge_worker.HOLD_PTX, "eval_hold")
@@ -264,7 +265,7 @@ def probe_case(problem: str, mods, case, reps: int, hold: FlagHold, slim: FlagHo
     fresh = mods.reference.generate_input(**case.args)
     own_ptr, own_bytes, layout, own = arena_copy(fresh)
     in_arena = judge_worker.build_input(layout.structure, layout.views(own))
-    driver = judge_worker.CudaDriver()
+    driver = judge_timing.JudgeDriver()
 
     parent, child = mp.get_context("spawn").Pipe()
     owner = mp.get_context("spawn").Process(target=_arena_owner, args=(problem, case.args, child), daemon=True)
