@@ -25,9 +25,8 @@ from pathlib import Path
 
 OTHER_SUBMISSION = "submission_other.py"
 HOLD_TIMEOUT_NS = 60_000_000_000  # each hold lets go by itself this long after it starts, whatever happens
-# On a GPU machine both sides poll for the other's next message for this long before they sleep on it:
-# a process woken from sleep takes a time that grows with how long it slept (tens to hundreds of us on
-# a VM), which would otherwise be most of the judge's clock. (On a CPU machine the cores do the work.)
+# On a GPU machine both sides poll for the other's next message this long before sleeping on it: a process
+# woken from sleep takes tens to hundreds of us on a VM, which would otherwise be most of the judge's clock.
 POLL_S = 0.02
 
 
@@ -45,10 +44,9 @@ def _libc():
         return None
 
 
-# Landlock (Linux 5.13+): the worker may write only under its sandbox (its compile caches among it),
-# /dev/shm, its threads' /proc and the device nodes; it cannot ptrace, open /proc files of, or (ABI 6+) signal any process outside
-# its own domain. Rights: file writes, removals, creations, rename/link across dirs (ABI 2), truncation
-# (ABI 3), device ioctls (ABI 5).
+# Landlock (Linux 5.13+): the worker writes only under its sandbox (compile caches included), /dev/shm, its
+# threads' /proc and the device nodes; no ptrace, /proc or (ABI 6+) signals outside its domain. Rights: file
+# writes, removals, creations, rename/link across dirs (ABI 2), truncation (ABI 3), device ioctls (ABI 5).
 _LL_WRITE_RIGHTS = ((1, (1 << 1) | (1 << 4) | (1 << 5) | (0x7F << 6)), (2, 1 << 13), (3, 1 << 14), (5, 1 << 15))
 _LL_SCOPE_SOCKETS, _LL_SCOPE_SIGNALS = 0b01, 0b10  # ABI 6: abstract unix sockets, signals
 # Of those, what writing into existing files takes (WRITE_FILE, TRUNCATE, IOCTL_DEV): the rights on the
@@ -80,14 +78,11 @@ def worker_devices() -> tuple[str, ...]:
 def confine_worker(writable: list[str], under_ncu: bool = False, lowest_priority: bool = True,
                    files_only: tuple[str, ...] | None = None) -> list[str]:
     """Run in the worker before it imports torch or the submission; returns what holds, in words.
-    writable: folders it may write anything under; files_only: files, or folders of files, it may write
-    (_LL_FILE_RIGHTS: adding, removing and renaming nothing there), by default worker_devices().
-    under_ncu: under the profiler, whose library in the worker shares a temp folder with the profiler's
-    process (TMPDIR, else /tmp: writable too) and may reach it by an abstract socket (not scoped).
-    lowest_priority: nice 19 for the submission's worker (and every process it starts), which it cannot
-    undo without capabilities, so that work it does between its calls cannot crowd out the judge or the
-    null submission while they measure the protocol's overhead (the baseline its times are checked
-    against)."""
+    writable: folders it may write anything under; files_only: files (or folders of files) it may write
+    into, adding, removing and renaming nothing (_LL_FILE_RIGHTS), by default worker_devices().
+    under_ncu: the profiler's library in the worker shares a temp folder (TMPDIR, else /tmp: writable too)
+    and an abstract socket (not scoped) with the profiler. lowest_priority: nice 19 for good, so that work
+    between its calls cannot crowd out the judge or the null while they measure the protocol's overhead."""
     held = []
     if lowest_priority:
         os.setpriority(os.PRIO_PROCESS, 0, 19)
@@ -151,41 +146,32 @@ def confine_worker(writable: list[str], under_ncu: bool = False, lowest_priority
             raise RuntimeError(f"landlock_restrict_self: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(ruleset)
+    signals = (", no signals to it" if abi >= 6 else
+               " (this kernel cannot scope signals: the submission can signal the judge)")
     held.append(f"Landlock ABI {abi}: writes only under its sandbox, /dev/shm and its threads' /proc, and into "
-                f"the null, random, terminal and GPU devices (adding or removing nothing in /dev), no ptrace or /proc access to "
-                f"the judge" + (", no signals to it" if abi >= 6 else
-                                " (this kernel cannot scope signals: the submission can signal the judge)")
-                + ("; under ncu (POPCORN_NCU) its temp folder is writable too, the profiler's" if under_ncu else ""))
+                f"the null, random, terminal and GPU devices (adding or removing nothing in /dev), no ptrace or "
+                f"/proc access to the judge{signals}"
+                + ("; under ncu (POPCORN_NCU) its temp folder is writable too, the profiler's" * under_ncu))
     return held
 
 
-# seccomp (Linux), in the worker and in everything it starts. setsid and setpgid fail (EPERM), so that all of
-# them stay in the worker's process group, which the judge kills as one: a group kill cannot be outrun by
-# forking (a fork under way when it arrives does not complete), where a search of /proc for descendants
-# can be by a chain of processes that each fork and exit. The calls that set another process's limits,
-# priorities, CPUs or scheduling fail unless they name the caller (_SELF_ONLY_CALLS): the judge runs as
-# the same user, and lowering its limits (RLIMIT_CPU, RLIMIT_NOFILE) would kill it or fail its work, and
-# its priority or CPUs slow the host that watches its clock; neither Landlock nor the judge's
-# non-dumpable flag rules them. The kernel keyrings and the SysV and POSIX message queues fail: state there
-# outlives the run and is no path, so Landlock does not rule it, and no submission needs it; on i386, whose
-# older `ipc` call multiplexes msgget (and the rest of SysV IPC), that call as a whole.
-# Syscall numbers by audit arch.
+# seccomp, in the worker and everything it starts (why each call: docs/judge.md, "What the judge
+# guarantees"). setsid and setpgid fail, so that the judge's kill of the process group cannot be outrun;
+# keyrings and message queues fail (state that outlives the run, and no path Landlock rules); on i386 the
+# `ipc` call that multiplexes msgget fails whole. Syscall numbers by audit arch.
 _DENIED_CALLS = {  # setsid, setpgid, add_key, request_key, keyctl, msgget, mq_open (i386: and ipc)
     0xC000003E: (112, 109, 248, 249, 250, 68, 240),   # x86_64
     0x40000003: (66, 57, 286, 287, 288, 399, 277, 117),  # i386
     0xC00000B7: (157, 154, 217, 218, 219, 186, 180),  # aarch64
 }
-# (call, its target argument): prlimit64 (pid), ioprio_set (who), setpriority (who), sched_setaffinity,
-# sched_setscheduler, sched_setparam, sched_setattr (pid). Refused unless the target is 0, the caller (its
-# process group for setpriority's PRIO_PGRP): the judge runs as the same user, and its CPUs, priority and
-# policy are the worker's to set otherwise (its host watches the clock's end).
+# (call, its target argument), refused unless the target is 0, the caller: prlimit64, ioprio_set, setpriority,
+# sched_setaffinity, sched_setscheduler, sched_setparam, sched_setattr. The judge runs as the same user.
 _SELF_ONLY_CALLS = {
     0xC000003E: ((302, 0), (251, 1), (141, 1), (203, 0), (144, 0), (142, 0), (314, 0)),
     0x40000003: ((340, 0), (289, 1), (97, 1), (241, 0), (156, 0), (154, 0), (351, 0)),
     0xC00000B7: ((261, 0), (30, 1), (140, 1), (122, 0), (119, 0), (118, 0), (274, 0)),
 }
-# (call, argument, value) refused whatever else: ioprio_set's `which` IOPRIO_WHO_USER and setpriority's
-# PRIO_USER, whose `who` 0 means every process of the caller's user (the judge's among them).
+# (call, argument, value) refused: IOPRIO_WHO_USER and PRIO_USER, where `who` 0 means the judge's processes too.
 _DENIED_WHEN = {
     0xC000003E: ((251, 0, 3), (141, 0, 2)),
     0x40000003: ((289, 0, 3), (97, 0, 2)),
@@ -229,21 +215,15 @@ def worker_syscall_filter() -> bytes:
     prog += [("ret", kill, None, None),  # an arch the table does not know (32-bit ARM on an aarch64 kernel)
              ("label", "allow", None, None), ("ret", allow, None, None),
              ("label", "deny", None, None), ("ret", deny, None, None)]
-    at, n = {}, 0
-    for op, k, _, _ in prog:
-        if op == "label":
-            at[k] = n
-        else:
-            n += 1
-    opcodes = {"ld": 0x20, "jeq": 0x15, "jge": 0x35, "ret": 0x06}
-    code, i = [], 0
+    at, body = {}, []  # a label's index, the instructions
     for op, k, if_true, if_false in prog:
         if op == "label":
-            continue
-        jt, jf = ((0 if j is None else at[j] - (i + 1)) for j in (if_true, if_false))
-        code.append(struct.pack("<HBBI", opcodes[op], jt, jf, k))
-        i += 1
-    return b"".join(code)
+            at[k] = len(body)
+        else:
+            body.append((op, k, if_true, if_false))
+    opcodes = {"ld": 0x20, "jeq": 0x15, "jge": 0x35, "ret": 0x06}
+    return b"".join(struct.pack("<HBBI", opcodes[op], *(0 if j is None else at[j] - i - 1 for j in (jt, jf)), k)
+                    for i, (op, k, jt, jf) in enumerate(body))
 
 
 def _install_syscall_filter(libc) -> str:
@@ -324,13 +304,10 @@ class CudaArray:
 # relaxed system-scope loads and nanosleep).
 _PTX_HEADER = ".version 7.0\n.target sm_70\n.address_size 64\n"
 
-# The hold: a kernel that lets go when the judge writes a release count >= target into host memory.
-# A timed call is queued behind two of them (hold_targets): one launch that fills every SM's thread slots
-# (so no kernel of the worker's, on any stream, can start beside it while custom_kernel runs on the host),
-# then one block that first writes its target to `announce` (so the judge knows the full hold has left
-# the SMs) and spins while the judge writes the inputs and flushes L2. The GPU takes the SMs from a
-# spinning hold for the judge's work and gives them back; for the full hold that leaves the call behind it
-# ~6 us slower on inputs over ~100 MB (docs/judge.md), for one block it leaves nothing measurable.
+# The hold: a kernel that lets go when the judge writes a release count >= target into host memory. A timed
+# call is queued behind two (hold_targets): one filling every SM's thread slots (no kernel of the worker's can
+# start beside it while custom_kernel runs on the host), then one block that writes its target to `announce`
+# and spins while the judge writes the inputs and flushes L2 (why two: docs/judge.md, "Why two holds").
 HOLD_PTX = r"""
 .visible .entry eval_hold(.param .u64 flag, .param .u32 target, .param .u64 timeout_ns, .param .u64 announce,
                           .param .u64 let_go_at)
@@ -371,23 +348,20 @@ DONE:
 """
 
 
-# Byte offsets in the release page: the release count the holds poll; the one-block hold's announcement;
-# the GPU time (%globaltimer) at which the one-block hold let go, which the judge reads back for the
-# breakdown of its clock (TimedCall.parts; the worker's word, shown, never ranked); the worker's signal
-# that a call's output is staged (the call's number) and, written before it, the output's digest (16 bytes).
+# Byte offsets in the release page: the release count the holds poll; the one-block hold's announcement; the
+# GPU time it let go (TimedCall.parts: the worker's word, shown, never ranked); the worker's signal that a
+# call's output is staged (the call's number) and, written before it, the output's digest (16 bytes).
 RELEASE_AT, ANNOUNCE_AT, LET_GO_AT, STAGED_AT, DIGEST_AT = 0, 8, 16, 24, 32
 ONE_BLOCK_HOLD = (1, 32)  # (blocks, threads a block) of the hold the judge's work takes the SMs from
 
 
 def hold_targets(seq: int) -> tuple[int, int]:
-    """Release counts of timed call seq: the full-SM hold lets go at the first, the one-block hold (and so
-    the call) at the second."""
+    """Release counts of timed call seq: the full-SM hold lets go at the first, the one-block hold at the second."""
     return 2 * seq - 1, 2 * seq
 
 
 def hold_grid(torch) -> tuple[int, int]:
-    """(blocks, threads a block) of the hold: every SM's thread slots filled, so no other kernel of the
-    worker's context can start beside it."""
+    """(blocks, threads a block) of the full hold: every SM's thread slots, so no kernel of the worker's fits beside."""
     props = torch.cuda.get_device_properties(0)
     per_sm = getattr(props, "max_threads_per_multi_processor", 2048)
     blocks_per_sm = -(-per_sm // 1024)
@@ -436,16 +410,11 @@ _SIGNAL_PTX = r"""
 """
 
 
-# The output's digest binds the output: a worker that signals before its output exists must name the digest
-# of bytes it does not have yet, and then make its output fit it within the check's tolerance. A sum of the
-# words (or of any function of each word) can be fitted so, by bending near-zero elements; this digest
-# cannot: a Merkle tree over the output's 64-bit words, DIGEST_BLOCK words a node, whose compression
-# mix(a + mix(b ^ k)) ^ a ^ b takes each argument in twice (mix alone is a bijection), so that solving a
-# node for one of its inputs is a search (about 2**41 steps, docs/judge.md), not an equation. Two lanes
-# read the same words under two 64-bit keys drawn per call: words fitted to one lane's digest leave the
-# other's a search over about 2**64 outputs, where a worker has milliseconds at most. The worker computes it
-# with a Triton kernel (WorkerDigest), the judge with torch ops (judge_timing.output_digest), under a key the
-# judge draws per call (judge_timing.digest_key); tests check the two agree.
+# The output's digest binds the signal to the output (a worker that signals early must name the digest of
+# bytes it does not have): a keyed Merkle tree over the output's 64-bit words, DIGEST_BLOCK words a node,
+# two lanes under two keys the judge draws per call (why not a sum: docs/judge.md, "What the worker holds
+# of the judge's"). The worker computes it with Triton (WorkerDigest), the judge with torch ops
+# (judge_timing.output_digest); tests check the two agree.
 DIGEST_BLOCK = 1024
 DIGEST_LEVELS = DIGEST_BLOCK.bit_length() - 1
 DIGEST_WARPS = 4
@@ -464,6 +433,16 @@ def digest_words(torch, flat):
 tl = types.SimpleNamespace(constexpr="tl.constexpr")
 
 
+def _mix_words(x):
+    """judge_timing's mix on uint64 words (digest_kernel makes it the Triton helper _mix)."""
+    x = x ^ (x >> 32)
+    x = x * 0xBF58476D1CE4E5B9
+    return x ^ (x >> 29)
+
+
+_mix = _mix_words  # until digest_kernel
+
+
 def _digest_kernel(src, dst, key, n, lane_stride, BLOCK: tl.constexpr, LEVELS: tl.constexpr):
     """One pass of judge_timing.output_digest as a Triton kernel (digest_kernel makes it one): program
     (block, lane) maps words [block * BLOCK, (block + 1) * BLOCK) of its lane's row of src (rows lane_stride
@@ -471,20 +450,10 @@ def _digest_kernel(src, dst, key, n, lane_stride, BLOCK: tl.constexpr, LEVELS: t
     block, lane = tl.program_id(0), tl.program_id(1)
     k = tl.load(key + lane).to(tl.uint64, bitcast=True)
     offs = block * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(src + lane * lane_stride + offs, mask=offs < n, other=0).to(tl.uint64, bitcast=True)
-    x = x ^ k
-    x = x ^ (x >> 32)
-    x = x * 0xBF58476D1CE4E5B9
-    x = x ^ (x >> 29)
+    x = _mix(tl.load(src + lane * lane_stride + offs, mask=offs < n, other=0).to(tl.uint64, bitcast=True) ^ k)
     for level in tl.static_range(LEVELS):
         a, b = tl.split(tl.reshape(x, (BLOCK >> (level + 1), 2)))
-        x = b ^ k
-        x = x ^ (x >> 32)
-        x = x * 0xBF58476D1CE4E5B9
-        x = a + (x ^ (x >> 29))
-        x = x ^ (x >> 32)
-        x = x * 0xBF58476D1CE4E5B9
-        x = (x ^ (x >> 29)) ^ a ^ b
+        x = _mix(a + _mix(b ^ k)) ^ a ^ b
     tl.store(dst + lane * tl.num_programs(0) + block + tl.arange(0, 1), x.to(tl.int64, bitcast=True))
 
 
@@ -493,7 +462,8 @@ def digest_kernel():
     import triton
     import triton.language
 
-    globals()["tl"] = triton.language  # the name _digest_kernel's body uses
+    globals()["tl"] = triton.language  # the names _digest_kernel's body uses
+    globals()["_mix"] = triton.jit(_mix_words)
     return triton.jit(_digest_kernel, do_not_specialize=["n", "lane_stride"])
 
 
