@@ -694,6 +694,7 @@ if gluon is not None:
         """Tile j (BN cache rows from start + j * BN) in ring slot `slot`: scores, online softmax
         (log2 domain), O^T = alpha * O^T + V^T . P^T, then the slot's refill with tile j + STAGES."""
         mbarrier.wait(bars.index(slot), (j // STAGES) & 1)
+        # phase: first_tile if j == 0
         first: gl.constexpr = slot * (NT - 1)
         rope = rope_smem.index(slot)
         s = warpgroup_mma(kv_smem.index(first), q_smem.index(0).permute((1, 0)), s0, use_acc=False,
@@ -761,6 +762,7 @@ if gluon is not None:
         seen = _ld_acquire(ctr)
         while seen < target:
             seen = _ld_acquire(ctr)
+        # phase: merge_wait
         TD: gl.constexpr = 32 if DIMS >= 128 else DIMS // 4  # threads along dims, 4 dims each
         TH: gl.constexpr = 32 // TD
         WH: gl.constexpr = 4 if TH <= 4 else 16 // TH
@@ -823,10 +825,12 @@ if gluon is not None:
 
         pid_q = gl.program_id(0)
         pid_s = gl.program_id(1)
+        # phase: start
         _prefetch_q(q_ptr, pid_q)
         start, end = _split_bounds(kv_indptr_ptr, pid_q, pid_s, q_seq_len, num_splits, BN)
         n_tiles = gl.cdiv(gl.maximum(end - start, 0), BN)
         kv_scale = gl.load(scale_ptr)
+        # phase: bounds
 
         kv_smem = gl.allocate_shared_memory(gl.float8e4nv, [STAGES * (NT - 1), BN, 64], rope_desc.layout)
         # the same bytes under nope_desc's rank-3 layout (the same swizzle), so that one TMA box
@@ -842,6 +846,7 @@ if gluon is not None:
         for i in gl.static_range(STAGES):
             _issue_kv(nope_desc, rope_desc, start + i * BN, i < n_tiles, kv3_smem, i * (NT - 1),
                       rope_smem.index(i), bars.index(i))
+        # phase: tma_issued
 
         # q (prefetched to L2 above): all nine [16, 64] tiles loaded at once, under the first TMA loads
         # (a reduction between the loads serialised nine round trips: ~7 us more per program). Placed
@@ -881,6 +886,7 @@ if gluon is not None:
         p_smem = gl.allocate_shared_memory(gl.float16, [16, BN], p_sl)
         fence_async_shared()
         _cta_barrier()
+        # phase: q_ready
 
         rows = gl.arange(0, BN, layout=gl.SliceLayout(1, mma_o))
         m_i = gl.full([16], float("-inf"), gl.float32, layout=gl.SliceLayout(0, mma_o))
@@ -899,6 +905,7 @@ if gluon is not None:
                         qk, rows, m_i, l_i, o_0, o_1, o_2, o_3, s0, mma_o, ld_l, a_l, BN, STAGES, NT)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(bars.index(i))
+        # phase: tiles_done
 
         # Normalise here so partials are plain averages; an empty split has l_i = 0, lse = -inf.
         inv = gl.expand_dims(gl.where(l_i > 0, kv_scale / l_i, 0.0), 0)
@@ -916,9 +923,11 @@ if gluon is not None:
         gl.store(base + 128 + offs, _o_by_head(o_1, inv, st_l).to(base.dtype.element_ty))
         gl.store(base + 256 + offs, _o_by_head(o_2, inv, st_l).to(base.dtype.element_ty))
         gl.store(base + 384 + offs, _o_by_head(o_3, inv, st_l).to(base.dtype.element_ty))
+        # phase: stored
         if SPLIT:
             _combine_in_kernel(part_o_ptr, part_lse_ptr, out_ptr, sync_ptr, pid_q, pid_s, num_splits,
                                SPLITS_P2, COMBINE_DIMS)
+        # phase: end
 
 
 # ----------------------------------------------------------------------------------------

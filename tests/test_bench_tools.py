@@ -31,6 +31,18 @@ def test_pages_of_sequences_hold_each_sequence_in_order(lengths):
     assert (cache.data_ptr() == rows.data_ptr()) == aligned  # a view where the pages line up, else a copy
 
 
+def tool_module(group: str, name: str):
+    """tools/<group>/<name>.py imported afresh, with sys.path as it was before (tools put their folders
+    first, which would shadow another problem's modules for later tests)."""
+    saved = list(sys.path)
+    sys.path.insert(0, str(ROOT / "tools" / group))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path[:] = saved
+        sys.modules.pop(name, None)
+
+
 def fake_flash_mla():
     """FlashMLA's dense decode as its interface documents it: q (b, s_q, h, 576), a paged cache
     (pages, 64, 1, 576) read through block_table for cache_seqlens[b] rows, V the first head_dim_v dims."""
@@ -59,6 +71,119 @@ def test_the_mla_peer_is_given_the_problems_attention(monkeypatch, ragged):
         got = peer.call()
         assert got.shape == (6, 16, 512) and got.dtype == torch.bfloat16
         assert R.compare(got, R.ref_kernel(data).float())["rel_l2"] < 0.01
+
+
+def fake_flashmla_fp8_ops(calls):
+    """The fork's dense fp8 decode as its interface documents it: q (b, s_q, h, 576) and the paged cache
+    (pages, 64, 1, 576) in e4m3, each times its descale (shape (1,)), read through block_table for
+    cache_seqlens[b] rows; V the first head_dim_v dims; out (b, s_q, h, head_dim_v) bf16."""
+    def metadata(seqlens, q_tokens_per_head_k, heads_k):
+        assert seqlens.dtype == torch.int32 and heads_k == 1
+        calls.append(q_tokens_per_head_k)
+        return "meta", "splits"
+
+    def fwd(q, k_cache, head_dim_v, seqlens, block_table, softmax_scale, causal, meta, splits, descale_q, descale_k):
+        assert (meta, splits) == ("meta", "splits") and not causal
+        assert q.dtype == k_cache.dtype == torch.float8_e4m3fn and descale_q.shape == descale_k.shape == (1,)
+        out = torch.empty(*q.shape[:3], head_dim_v)
+        for b in range(q.shape[0]):
+            n = int(seqlens[b])
+            k = k_cache[block_table[b].long()].reshape(-1, k_cache.shape[-1])[:n].float() * descale_k
+            p = torch.softmax(q[b].float() * descale_q @ k.T * softmax_scale, dim=-1)
+            out[b] = p @ k[:, :head_dim_v]
+        return out.to(torch.bfloat16), None
+
+    return types.SimpleNamespace(get_mla_decoding_metadata_dense_fp8=metadata, fwd_kvcache_mla_fp8=fwd)
+
+
+@pytest.mark.parametrize("ragged", [0, 1])
+def test_the_fp8_peer_is_given_the_problems_fp8_cache_and_scales(monkeypatch, ragged):
+    calls = []
+    monkeypatch.setattr(peers, "flashmla_fp8_ops", lambda: (fake_flashmla_fp8_ops(calls), ""))
+    with problem_modules(ROOT, ("reference",)) as (R,):
+        data = R.generate_input(3, 2, 100, 5, ragged=ragged)
+        peer, why = peers.mla_fp8_peer(data)
+        assert peer is not None, why
+        got = peer.call()
+        assert got.shape == (6, 16, 512) and got.dtype == torch.bfloat16 and calls == [2 * 16]
+        # against the exact attention of what the peer is meant to be given: q as the fp8 it is quantized
+        # to, the problem's fp8 cache (a row left out, or a scale, shows; the bf16 output rounds ~0.2 %)
+        q, kv_data, qo_indptr, kv_indptr, config = data
+        q8, q_scale = peers.quantize_per_tensor_fp8(q)
+        exact = R.exact_attention(q8.float() * q_scale, R.dequantize_cache(kv_data, "fp8"), qo_indptr, kv_indptr,
+                                  config["sm_scale"])
+        assert R.compare(got, exact)["rel_l2"] < 0.005
+
+
+def test_without_the_fp8_peers_library_the_tools_say_why(monkeypatch):
+    import reference as R
+
+    monkeypatch.setitem(sys.modules, "vllm", None)
+    monkeypatch.delenv(peers.FP8_PEER_LIBRARY, raising=False)
+    peer, why = peers.mla_fp8_peer(R.generate_input(1, 1, 64, 1))
+    assert peer is None and peers.FP8_PEER_LIBRARY in why
+    monkeypatch.setenv(peers.FP8_PEER_LIBRARY, "/nonexistent/_flashmla_extension_C.so")
+    peer, why = peers.mla_fp8_peer(R.generate_input(1, 1, 64, 1))
+    assert peer is None and "does not load" in why
+
+
+def test_the_mla_results_file_has_both_peers_columns_and_says_why_one_is_missing(monkeypatch, tmp_path):
+    """bench_mla's table on the CPU: the submission's row from stand-ins for its GPU timing, the fp8 peer
+    through its stand-in, FlashMLA not there; every row has the header's columns."""
+    with problem_modules(ROOT, ("reference", "submission")) as (R, S):
+        bench = tool_module("mla", "bench_mla")
+        monkeypatch.setitem(sys.modules, "flash_mla", None)
+        monkeypatch.setattr(peers, "flashmla_fp8_ops", lambda: (fake_flashmla_fp8_ops([]), ""))
+        monkeypatch.setattr(bench, "PEERS", (("peer", "FlashMLA (bf16 cache)", "bf16", peers.mla_peer),
+                                             ("fp8_peer", "FlashMLA fork (fp8 cache)", "fp8", peers.mla_fp8_peer)))
+        monkeypatch.setattr(bench, "SHAPES", [(2, 100, 1), (3, 70, 1)])
+        monkeypatch.setattr(bench, "ragged_checks", lambda: [])
+        monkeypatch.setattr(bench, "host_breakdown", lambda: [])
+        monkeypatch.setattr(bench, "sass_counts", lambda path: {})
+        monkeypatch.setattr(bench, "time_call", lambda fn, reps=20, warmup=3: 0.01)
+
+        def run_shape(batch, kv, qlen, reps):
+            data = R.generate_input(batch, qlen, kv, 1)
+            out = R.ref_kernel(data)
+            return data, S.plan_for(batch, kv, qlen), bench.rel_err(data, out, "bf16"), True, 0.01
+        monkeypatch.setattr(bench, "run_shape", run_shape)
+        out = tmp_path / "mla.md"
+        monkeypatch.setattr(sys, "argv", ["bench_mla.py", "--out", str(out), "--plot", str(tmp_path / "mla.png"),
+                                          "--no-ref"])
+        bench.main()
+    lines = out.read_text().splitlines()
+    header = next(line for line in lines if line.startswith("| batch"))
+    rows = [line for line in lines if line.startswith("| 2 | 100") or line.startswith("| 3 | 70")]
+    assert len(rows) == 2 and all(row.count("|") == header.count("|") for row in rows)
+    assert all("| nan | nan |" in row and "| 0.0100 |" in row for row in rows)  # FlashMLA missing, fp8 peer timed
+    assert any("FlashMLA (bf16 cache): not timed, flash_mla does not import" in line for line in lines)
+    assert any("fp8 peer 0.0100 ms" in line for line in lines)
+
+
+def test_the_phase_tool_stamps_every_phase_of_the_gluon_kernel_and_it_compiles_for_sm90():
+    """tools/mla/phase_times.py's stamped copy of submission.py: a stamp per phase comment, the kernel with
+    its stamp buffer after its runtime arguments, compiled for sm_90 here (Gluon has no interpreter)."""
+    with problem_modules(ROOT, ("submission",)):  # the tool's SASS helper imports the MLA kit's
+        tool = tool_module("mla", "phase_times")
+        text = tool.stamped_source((ROOT / "submission.py").read_text())
+        assert all(f"_phase_stamp(stamp_at, {k})" in text for k in range(len(tool.PHASES)))
+        with pytest.raises(ValueError, match="no `# phase:` comment"):
+            tool.stamped_source((ROOT / "submission.py").read_text().replace("# phase: bounds", "# bounds"))
+        module = tool.load_stamped()
+        if module.gluon is None:
+            pytest.skip("this Triton has no Gluon")
+        for split, stamps in ((True, len(tool.PHASES)), (False, len(tool.PHASES) - 1)):  # no merge unsplit
+            assert tool.compile_stamped(module, split).asm["ptx"].count("%globaltimer") == stamps
+
+
+def test_the_phase_tool_times_each_phase_from_the_calls_first_program():
+    with problem_modules(ROOT, ("submission",)):
+        tool = tool_module("mla", "phase_times")
+    stamps = torch.zeros(3, len(tool.PHASES), dtype=torch.int64)
+    stamps[:, 0] = torch.tensor([5_000, 4_000, 6_000])
+    stamps[:, 5] = torch.tensor([9_000, 10_000, 16_000])
+    phases = tool.call_phases(stamps, 3)
+    assert phases[0] == (1.0, 2.0) and phases[5] == (6.0, 12.0) and phases[7] is None
 
 
 def fake_deep_gemm(two_d_only: bool):
@@ -153,15 +278,8 @@ def test_without_matplotlib_the_picture_is_skipped_and_said_so(monkeypatch, tmp_
 @contextlib.contextmanager
 def paged_bench():
     """tools/paged/bench_paged.py, imported with that problem's reference and submission."""
-    tools = str(ROOT / "tools" / "paged")
     with problem_modules(PAGED, ("reference", "submission")):
-        sys.path.insert(0, tools)
-        try:
-            bench = importlib.import_module("bench_paged")
-        finally:
-            sys.path.remove(tools)
-            sys.modules.pop("bench_paged", None)
-        yield bench
+        yield tool_module("paged", "bench_paged")
 
 
 def test_the_paged_results_file_has_a_row_per_shape_and_the_peers_geomean(tmp_path):

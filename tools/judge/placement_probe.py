@@ -1,7 +1,7 @@
 """Does how eval.py hands a call its inputs change the call's GPU time? (GPU)
 
-eval.py ranks a call a few us slower than tools/problem_loader.median_gpu_us times the same call in one
-process (docs/judge.md, "The ranked time against a one-process timer"). Per benchmark case, this times
+Does eval.py rank a call as tools/problem_loader.median_gpu_us times the same call in one process
+(docs/judge.md, "The ranked time against a one-process timer")? Per benchmark case, this times
 the same custom_kernel call, interleaved call by call, with the inputs placed and the GPU held these ways:
 
 - fresh: generate_input's own tensors, the one-process timer (flush, a 200 us one-thread spin, call);

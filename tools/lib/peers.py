@@ -1,15 +1,19 @@
 """The peers the bench tools time beside the submissions, on the same inputs and the same clock:
-FlashMLA's SM90 dense decode (bf16 cache) for MLA, DeepGEMM's SM90 fp8 paged MQA logits for the paged kit.
+for MLA, FlashMLA's SM90 dense decode (bf16 cache) and the SM90 dense fp8 decode of vLLM's FlashMLA fork
+(vllm-project/FlashMLA, from FlashMLA PR #54: the fp8 cache with one scale per tensor, as the problem's);
+for the paged kit, DeepGEMM's SM90 fp8 paged MQA logits.
 
-Each is used where its package imports (`flash_mla`, `deep_gemm`: build them yourself, outside the tree;
-nothing here builds them). The conversion of a problem's input into a peer's arguments, and the peer's
-scheduling metadata, are made once, before timing, as a serving engine makes them once per batch: the
-timed call is the peer's kernel launch alone.
+Each is used where it loads: the packages `flash_mla` and `deep_gemm`, and the fork's extension
+`_flashmla_extension_C` as vLLM builds it (`vllm._flashmla_extension_C`) or as the library FLASHMLA_FP8_LIB
+names. Build them yourself, outside the tree; nothing here builds them. The conversion of a problem's
+input into a peer's arguments, and the peer's scheduling metadata, are made once, before timing, as a
+serving engine makes them once per batch: the timed call is the peer's kernel launch alone.
 
-    peer = mla_peer(data)        # None, and why, where FlashMLA is not there
+    peer, why = mla_peer(data)   # (None, why) where FlashMLA is not there
     out = peer.call()            # (total_q, 16, 512) bf16, as custom_kernel returns
 """
 import functools
+import importlib
 import os
 import signal
 import subprocess
@@ -77,6 +81,12 @@ def pages_of_sequences(rows: torch.Tensor, indptr: torch.Tensor, page: int = PAG
     return cache, table.to(rows.device), lengths.to(rows.device)
 
 
+def one_query_length(qo_indptr):
+    """The query length every sequence has (FlashMLA's decodes take one per batch), or None."""
+    q_lens = (qo_indptr[1:] - qo_indptr[:-1]).unique()
+    return int(q_lens[0]) if len(q_lens) == 1 else None
+
+
 def mla_peer(data):
     """FlashMLA's dense decode over the bf16 cache (its SM90 kernel reads bf16 only), or (None, why)."""
     try:
@@ -85,10 +95,8 @@ def mla_peer(data):
         return None, f"flash_mla does not import ({e})"
     q, kv_data, qo_indptr, kv_indptr, config = data
     batch = len(kv_indptr) - 1
-    q_lens = (qo_indptr[1:] - qo_indptr[:-1]).unique()
-    if len(q_lens) != 1:
+    if (q_len := one_query_length(qo_indptr)) is None:
         return None, "FlashMLA takes one query length for the whole batch"
-    q_len = int(q_lens[0])
     cache, table, lengths = pages_of_sequences(kv_data["bf16"], kv_indptr)  # (pages, 64, 1, 576)
     q4 = q.view(batch, q_len, q.shape[1], q.shape[2])
     # The interface of 2025 takes (lengths, q rows per kv head, kv heads) and returns the metadata and
@@ -102,6 +110,61 @@ def mla_peer(data):
 
     call()  # the later interface makes its metadata here, untimed
     return Peer("FlashMLA (bf16)", call, ""), ""
+
+
+FP8_PEER_LIBRARY = "FLASHMLA_FP8_LIB"  # the environment variable naming a build of the fork's extension
+
+
+def flashmla_fp8_ops():
+    """The ops of vLLM's FlashMLA fork's dense fp8 decode (torch.ops._flashmla_extension_C), from vLLM's
+    build or the library FP8_PEER_LIBRARY names; (ops, '') or (None, why)."""
+    try:
+        importlib.import_module("vllm._flashmla_extension_C")  # registers the ops
+    except ImportError as e:
+        path = os.environ.get(FP8_PEER_LIBRARY)
+        if not path:
+            return None, f"vllm._flashmla_extension_C does not import ({e}) and {FP8_PEER_LIBRARY} is not set"
+        try:
+            torch.ops.load_library(path)
+        except (OSError, RuntimeError) as e:
+            return None, f"{FP8_PEER_LIBRARY}={path} does not load ({e})"
+    ops = torch.ops._flashmla_extension_C
+    missing = [name for name in ("fwd_kvcache_mla_fp8", "get_mla_decoding_metadata_dense_fp8")
+               if not hasattr(ops, name)]
+    return (None, f"_flashmla_extension_C has no {', '.join(missing)}") if missing else (ops, "")
+
+
+def quantize_per_tensor_fp8(x: torch.Tensor):
+    """x as e4m3 with one scale (x ~= values * scale, scale = amax / 448): the form of the problem's fp8 cache."""
+    scale = (x.abs().amax().float() / 448).clamp(min=1e-12)
+    return (x.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn), scale.reshape(1)
+
+
+def mla_fp8_peer(data):
+    """The fork's dense fp8 decode over the problem's fp8 cache (e4m3, one scale: its descale_k), with q
+    quantized to e4m3 per tensor once, before timing (its kernel reads fp8 q only; a serving engine
+    quantizes q in each step, a kernel over 18 KB a query row not timed here); or (None, why)."""
+    ops, why = flashmla_fp8_ops()
+    if ops is None:
+        return None, why
+    q, kv_data, qo_indptr, kv_indptr, config = data
+    batch = len(kv_indptr) - 1
+    if (q_len := one_query_length(qo_indptr)) is None:
+        return None, "the fp8 decode takes one query length for the whole batch"
+    values, k_scale = kv_data["fp8"]
+    cache, table, lengths = pages_of_sequences(values, kv_indptr)  # (pages, 64, 1, 576) e4m3
+    q8, q_scale = quantize_per_tensor_fp8(q)
+    q4 = q8.view(batch, q_len, q.shape[1], q.shape[2])
+    metadata, splits = ops.get_mla_decoding_metadata_dense_fp8(lengths, q_len * q.shape[1], 1)
+    k_scale = k_scale.float().reshape(1).contiguous()
+
+    def call():
+        out, _lse = ops.fwd_kvcache_mla_fp8(q4, cache, config["v_head_dim"], lengths, table, config["sm_scale"],
+                                            False, metadata, splits, q_scale, k_scale)
+        return out.view(batch * q_len, q.shape[1], config["v_head_dim"])
+
+    call()
+    return Peer("FlashMLA fork (fp8)", call, "q quantized to fp8 per tensor before timing"), ""
 
 
 def paged_context_lens_2d(context_lens: torch.Tensor, next_n: int) -> torch.Tensor:

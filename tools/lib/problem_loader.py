@@ -80,12 +80,26 @@ def l2_flush():
     return _judge_flush[0]
 
 
+# How long the timer keeps the GPU busy with the call before timing it. eval.py times a case after seconds
+# of its own GPU work (processes started, kernels loaded, the null calibrated); a tool that times a case
+# right after the GPU idled (compiling, checking on the host) would time it while the GPU's clocks rise.
+WARM_S = 0.05
+
+
 def median_gpu_us(fn, reps=20, warmup=3, flush=None) -> float:
-    """Median over reps of queued_gpu_us(fn, flush) after warmup untimed calls; flush: the judge's by
-    default."""
+    """Median over reps of queued_gpu_us(fn, flush), after at least warmup untimed calls and WARM_S of
+    them; flush: the judge's by default."""
+    import time
+
+    import torch
+
     flush = flush or l2_flush()
-    for _ in range(warmup):
+    calls, until = 0, time.perf_counter() + WARM_S
+    while calls < warmup or time.perf_counter() < until:
         fn()
+        calls += 1
+        if calls % 16 == 0:
+            torch.cuda.synchronize()  # the wall time is the GPU's, not the host's queueing
     times = sorted(queued_gpu_us(fn, flush) for _ in range(reps))
     return times[len(times) // 2]
 

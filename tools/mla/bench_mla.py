@@ -4,13 +4,13 @@ Per benchmark shape: correctness against exact fp32 attention over the KV format
 reads (relative L2 error, and reference.check_implementation), then the time of one
 custom_kernel call (GPU time as eval.py ranks it: the judge's L2 flush, the call queued behind a
 hold; median of --reps), achieved bandwidth for the bytes that must move
-(cache in that format + q + output) against 4.2 TB/s, FlashMLA's time on the same input and clock
-where `flash_mla` imports (tools/lib/peers.py), the reference's time, and geometric means; then a picture of
-the table (tools/lib/results_plot.py). Also dumps the SASS of every compiled kernel and counts UTMALDG /
-HGMMA / QGMMA / HMMA.
+(cache in that format + q + output) against 4.2 TB/s, the peers' times on the same input and clock where
+they load (tools/lib/peers.py: FlashMLA's bf16 decode, the FlashMLA fork's fp8 decode), each peer's error,
+the reference's time, and geometric means; then a picture of the table (tools/lib/results_plot.py). Also
+dumps the SASS of every compiled kernel and counts UTMALDG / HGMMA / QGMMA / HMMA.
 
     python tools/mla/bench_mla.py [--out results/mla_h200.md] [--plot results/mla_h200.png]
-                              [--sass FILE] [--reps 20] [--no-ref] [--no-peer]
+                              [--sass FILE] [--reps 20] [--no-ref] [--no-peer] [--peers-from TEXT]
 """
 import argparse
 import os
@@ -34,32 +34,15 @@ import results_plot  # noqa: E402
 from problem_loader import PEAK_BW, geomean, median_gpu_us, results_stamp  # noqa: E402
 
 SHAPES = [(b, kv, 1) for b in (4, 32, 64, 256) for kv in (1024, 8192)]
-_warm = False
-
-
-def warm_gpu(seconds=1.0):
-    """Bring the GPU out of its idle clocks before anything is timed."""
-    global _warm
-    if _warm:
-        return
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    start.record()
-    while True:
-        for _ in range(10):
-            a @ a
-        end.record()
-        torch.cuda.synchronize()
-        if start.elapsed_time(end) > seconds * 1e3:
-            break
-    _warm = True
+# The peers' columns: (key, name in the table and picture, the cache format whose floor it is drawn
+# against, its factory in tools/lib/peers.py)
+PEERS = (("peer", "FlashMLA (bf16 cache)", "bf16", peers.mla_peer),
+         ("fp8_peer", "FlashMLA fork (fp8 cache)", "fp8", peers.mla_fp8_peer))
 
 
 def time_call(fn, reps=20, warmup=3):
     """Median ms of fn(): the judge's L2 flush before each call, the call queued behind a hold (GPU
-    time, as eval.py ranks it; problem_loader.median_gpu_us)."""
-    warm_gpu()
+    time, as eval.py ranks it; problem_loader.median_gpu_us, which warms the GPU with the call itself)."""
     return median_gpu_us(fn, reps, warmup) / 1e3
 
 
@@ -162,6 +145,30 @@ def run_shape(batch, kv, qlen, reps, seed=1234):
     return data, plan, err, ok, ms
 
 
+def time_peers(data, batch, kv, reps, notes) -> dict:
+    """Per peer (PEERS): its ms, its relative L2 error against the exact result over its cache format, and
+    whether the problem's check passes it; nan and a note where it is not there or fails (a peer that
+    fails costs its column, never the table)."""
+    found = {}
+    for key, name, fmt, factory in PEERS:
+        found[key] = dict(ms=float("nan"), err=float("nan"), check="-")
+        try:
+            peer, why = factory(data)
+            if peer is None:
+                notes[key] = f"{name}: not timed, {why}"
+                continue
+            out = peer.call()
+            ok, _ = R.check_implementation(data, out)
+            found[key] = dict(ms=time_call(peer.call, reps), err=rel_err(data, out, fmt),
+                              check="ok" if ok else "FAIL")
+            if peer.note:
+                notes[key] = f"{name}: {peer.note}"
+        except Exception as e:
+            notes[key] = f"{name}: failed on {batch} x {kv}: {type(e).__name__}: {str(e)[:200]}"
+            print(notes[key], flush=True)
+    return found
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "mla_h200.md"))
@@ -170,53 +177,52 @@ def main():
     ap.add_argument("--sass", default=None, help="file to write the SASS of every kernel to")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-ref", action="store_true")
-    ap.add_argument("--no-peer", action="store_true", help="leave FlashMLA out")
+    ap.add_argument("--no-peer", action="store_true", help="leave the peers out")
+    ap.add_argument("--peers-from", default="not stated",
+                    help="what the peers were built from, for the results file (repositories and commits)")
     args = ap.parse_args()
     lines = []
     stamp = results_stamp("python tools/mla/bench_mla.py " + " ".join(sys.argv[1:]))
     hdr = (f"# MLA decode results\n\n{stamp}. ms: median GPU time of {args.reps} calls as eval.py ranks it (the "
            "judge's L2 flush before each, the call queued behind a hold); floor: the bytes the plan's format "
-           "must move (cache, q, output) at 4.2 TB/s; FlashMLA: its SM90 dense decode of the bf16 cache on the "
-           "same input and clock, scheduling metadata made before timing (tools/lib/peers.py)\n\n"
+           "must move (cache, q, output) at 4.2 TB/s; FlashMLA: its SM90 dense decode of the bf16 cache; fp8 "
+           "peer: the SM90 dense fp8 decode of vLLM's FlashMLA fork over the problem's fp8 cache; each on the "
+           "same input and clock, scheduling metadata made before timing (tools/lib/peers.py); a peer's rel L2 "
+           f"is against the exact result over its cache format, its check the problem's; peers built from: "
+           f"{args.peers_from}\n\n"
            "| batch | kv | plan (fmt, BN, splits, warps, stages, kernel) | rel L2 err | check | ms | floor ms | "
-           "floor / ms | GB/s | FlashMLA ms | FlashMLA rel L2 | ms / FlashMLA | ref ms |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+           "floor / ms | GB/s | FlashMLA ms | FlashMLA rel L2 | ms / FlashMLA | fp8 peer ms | fp8 peer rel L2 | "
+           "fp8 peer check | ms / fp8 peer | ref ms |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines.append(hdr)
     print(hdr)
-    rows = []  # per shape, ms: the submission's time and its format's floor, the peer's, the reference's
-    peer_note = "FlashMLA: not timed (--no-peer)" if args.no_peer else ""
+    rows = []  # per shape, ms: the submission's time and its format's floor, the peers', the reference's
+    notes = {"peers": "peers: not timed (--no-peer)"} if args.no_peer else {}
     checks = ragged_checks()
     print("\n".join(checks))
     for batch, kv, qlen in SHAPES:
         data, plan, err, ok, ms = run_shape(batch, kv, qlen, args.reps)
         moved = bytes_moved(data, plan[0])
         floor_ms = moved / PEAK_BW * 1e3
-        peer_ms, peer_err = float("nan"), float("nan")
-        if not args.no_peer:
-            try:  # a peer that fails costs its column, never the table
-                peer, why = peers.mla_peer(data)
-                if peer is None:
-                    peer_note = f"FlashMLA: not timed, {why}"
-                else:
-                    peer_err = rel_err(data, peer.call(), "bf16")
-                    peer_ms = time_call(peer.call, args.reps)
-            except Exception as e:
-                peer_note = f"FlashMLA: failed on {batch} x {kv}: {type(e).__name__}: {str(e)[:200]}"
-                print(peer_note, flush=True)
+        nan = dict(ms=float("nan"), err=float("nan"), check="-")
+        found = {key: nan for key, *_ in PEERS} if args.no_peer else time_peers(data, batch, kv, args.reps, notes)
         ref_ms = float("nan")
         if not args.no_ref:
             ref_ms = time_call(lambda d=data: R.ref_kernel(d), reps=3, warmup=1)
-        rows.append(dict(shape=f"{batch} x {kv}", ms=ms, floor=floor_ms, peer=peer_ms, ref=ref_ms,
-                         peer_floor=bytes_moved(data, "bf16") / PEAK_BW * 1e3,
-                         problem_floor=R.min_bytes(data) / PEAK_BW * 1e3))
+        rows.append(dict(shape=f"{batch} x {kv}", ms=ms, floor=floor_ms, ref=ref_ms,
+                         problem_floor=R.min_bytes(data) / PEAK_BW * 1e3,
+                         **{key: found[key]["ms"] for key, *_ in PEERS},
+                         **{key + "_floor": bytes_moved(data, fmt) / PEAK_BW * 1e3 for key, _, fmt, _ in PEERS}))
+        bf16, fp8 = found["peer"], found["fp8_peer"]
         row = (f"| {batch} | {kv} | {tuple(plan)} | {err:.4f} | {'ok' if ok else 'FAIL'} | {ms:.4f} | {floor_ms:.4f} | "
-               f"{floor_ms / ms:.2f} | {moved / (ms * 1e-3) / 1e9:.0f} | {peer_ms:.4f} | {peer_err:.4f} | "
-               f"{ms / peer_ms:.2f} | {ref_ms:.3f} |")
+               f"{floor_ms / ms:.2f} | {moved / (ms * 1e-3) / 1e9:.0f} | {bf16['ms']:.4f} | {bf16['err']:.4f} | "
+               f"{ms / bf16['ms']:.2f} | {fp8['ms']:.4f} | {fp8['err']:.4f} | {fp8['check']} | {ms / fp8['ms']:.2f} | "
+               f"{ref_ms:.3f} |")
         lines.append(row)
         print(row, flush=True)
         del data
-    if peer_note:
-        lines.append(f"\n{peer_note}")
+    if notes:
+        lines.append("\n" + "\n".join(f"- {note}" for note in notes.values()))
     lines.append("\n## Ragged / multi-token checks\n\n" + "\n".join(f"- {c}" for c in checks))
     host = host_breakdown()  # back-to-back calls of the smallest shape, no flush, wall clock
     lines.append("\n" + "\n".join(f"- {h}" for h in host))
@@ -225,13 +231,14 @@ def main():
     def column(name):
         return [r[name] for r in rows]
     tail = (f"\ngeometric mean: {geomean(column('ms')):.4f} ms (floor {geomean(column('floor')):.4f} ms, FlashMLA "
-            f"{geomean(column('peer')):.4f} ms, reference {geomean(column('ref')):.3f} ms)")
+            f"{geomean(column('peer')):.4f} ms, fp8 peer {geomean(column('fp8_peer')):.4f} ms, reference "
+            f"{geomean(column('ref')):.3f} ms)")
     lines.append(tail)
     print(tail)
-    picture = results_plot.draw(args.plot, "MLA decode per benchmark shape (batch x kv): submission.py against FlashMLA",
-                                column("shape"), {"submission.py": (column("ms"), column("floor")),
-                                                  "FlashMLA (bf16 cache)": (column("peer"), column("peer_floor"))},
-                                column("problem_floor"), stamp)
+    series = {"submission.py": (column("ms"), column("floor"))}
+    series.update({name: (column(key), column(key + "_floor")) for key, name, _, _ in PEERS})
+    picture = results_plot.draw(args.plot, "MLA decode per benchmark shape (batch x kv): submission.py and peers",
+                                column("shape"), series, column("problem_floor"), stamp)
     print(picture)
     try:
         sass = sass_counts(args.sass)

@@ -30,21 +30,25 @@ WATCH = ("UTMALDG", "HGMMA", "QGMMA", "HMMA", "LDSM", "LDS", "STS", "LDL", "STL"
          "IMAD", "LOP3", "PRMT", "BAR")
 
 
-def compile_gluon(split=True, splits=4):
-    """_mla_fp8_wgmma_kernel (KERNEL_GLUON) for sm_90; splits sets the in-kernel merge's constexprs."""
+def compile_gluon(split=True, splits=4, module=None, extra=()):
+    """_mla_fp8_wgmma_kernel (KERNEL_GLUON) for sm_90; splits sets the in-kernel merge's constexprs.
+    module: the submission to take it from (submission.py by default); extra: (name, type) of runtime
+    parameters it takes after num_splits (a pointer's 16-byte aligned, as on the GPU)."""
     from triton.experimental.gluon._runtime import GluonASTSource
-    layout = S.gl.NVMMASharedLayout.get_default_for([S.GLUON_BN, 64], S.gl.float8e4nv)
-    signature = {"nope_desc": f"tensordesc<fp8e4nv[{S.NOPE_TILES}, {S.GLUON_BN}, 64],{S._NOPE_LAYOUT!r}>",
-                 "rope_desc": f"tensordesc<fp8e4nv[{S.GLUON_BN}, 64],{layout!r}>", "q_ptr": "*bf16",
-                 "out_ptr": "*bf16", "scale_ptr": "*fp32", "kv_indptr_ptr": "*i32", "part_o_ptr": "*fp32",
-                 "part_lse_ptr": "*fp32", "sync_ptr": "*i64", "qk_scale": "fp32", "q_seq_len": "i32",
-                 "num_splits": "i32", "BN": "constexpr", "SPLIT": "constexpr", "STAGES": "constexpr",
+    S_ = module or S
+    layout = S_.gl.NVMMASharedLayout.get_default_for([S_.GLUON_BN, 64], S_.gl.float8e4nv)
+    runtime = {"nope_desc": f"tensordesc<fp8e4nv[{S_.NOPE_TILES}, {S_.GLUON_BN}, 64],{S_._NOPE_LAYOUT!r}>",
+               "rope_desc": f"tensordesc<fp8e4nv[{S_.GLUON_BN}, 64],{layout!r}>", "q_ptr": "*bf16",
+               "out_ptr": "*bf16", "scale_ptr": "*fp32", "kv_indptr_ptr": "*i32", "part_o_ptr": "*fp32",
+               "part_lse_ptr": "*fp32", "sync_ptr": "*i64", "qk_scale": "fp32", "q_seq_len": "i32",
+               "num_splits": "i32", **dict(extra)}
+    signature = {**runtime, "BN": "constexpr", "SPLIT": "constexpr", "STAGES": "constexpr",
                  "SPLITS_P2": "constexpr", "COMBINE_DIMS": "constexpr"}
-    constexprs = {"BN": S.GLUON_BN, "SPLIT": split, "STAGES": S.GLUON_STAGES,
-                  **S._gluon_combine_constexprs(splits if split else 1)}
-    aligned = {(i,): [["tt.divisibility", 16]] for i in range(2, 9)}  # the pointers, as on the GPU
-    src = GluonASTSource(S._mla_fp8_wgmma_kernel, signature, constexprs, aligned)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": S.GLUON_WARPS})
+    constexprs = {"BN": S_.GLUON_BN, "SPLIT": split, "STAGES": S_.GLUON_STAGES,
+                  **S_._gluon_combine_constexprs(splits if split else 1)}
+    aligned = {(i,): [["tt.divisibility", 16]] for i, kind in enumerate(runtime.values()) if kind.startswith("*")}
+    src = GluonASTSource(S_._mla_fp8_wgmma_kernel, signature, constexprs, aligned)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": S_.GLUON_WARPS})
 
 
 def compile_split(fmt, block_n, warps, stages, trans, split=True):
