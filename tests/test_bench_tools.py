@@ -115,6 +115,14 @@ def test_the_fp8_peer_is_given_the_problems_fp8_cache_and_scales(monkeypatch, ra
         assert R.compare(got, exact)["rel_l2"] < 0.005
 
 
+def test_the_fp8_peers_q_is_quantized_as_the_problem_quantizes_its_cache():
+    with problem_modules(ROOT, ("reference",)) as (R,):
+        x = R.generate_input(3, 2, 100, 5)[0]
+        values, scale = peers.quantize_per_tensor_fp8(x)
+        want_values, want_scale = R.quantize_fp8(x)
+    assert torch.equal(scale, want_scale) and torch.equal(values.view(torch.uint8), want_values.view(torch.uint8))
+
+
 def test_without_the_fp8_peers_library_the_tools_say_why(monkeypatch):
     import reference as R
 

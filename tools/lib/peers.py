@@ -135,7 +135,8 @@ def flashmla_fp8_ops():
 
 
 def quantize_per_tensor_fp8(x: torch.Tensor):
-    """x as e4m3 with one scale (x ~= values * scale, scale = amax / 448): the form of the problem's fp8 cache."""
+    """x as e4m3 with one scale (x ~= values * scale, scale = amax / 448): reference.quantize_fp8's form, the
+    problem's fp8 cache (a test holds the two equal; peers.py takes no problem's module)."""
     scale = (x.abs().amax().float() / 448).clamp(min=1e-12)
     return (x.float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn), scale.reshape(1)
 

@@ -80,9 +80,9 @@ def l2_flush():
     return _judge_flush[0]
 
 
-# How long the timer keeps the GPU busy with the call before timing it. eval.py times a case after seconds
-# of its own GPU work (processes started, kernels loaded, the null calibrated); a tool that times a case
-# right after the GPU idled (compiling, checking on the host) would time it while the GPU's clocks rise.
+# How long the timer runs the call before timing it. eval.py times a case after seconds of the case's own
+# work (the submission's calls, the null's, the flushes); the tools warm the GPU the same way, with the
+# call, not with other work (a warm-up of full-power GEMMs left the next case reading high: docs/judge.md).
 WARM_S = 0.05
 
 

@@ -162,7 +162,7 @@ def time_peers(data, batch, kv, reps, notes) -> dict:
             found[key] = dict(ms=time_call(peer.call, reps), err=rel_err(data, out, fmt),
                               check="ok" if ok else "FAIL")
             if peer.note:
-                notes[key] = f"{name}: {peer.note}"
+                notes.setdefault(key, f"{name}: {peer.note}")  # a failure on an earlier shape stays said
         except Exception as e:
             notes[key] = f"{name}: failed on {batch} x {kv}: {type(e).__name__}: {str(e)[:200]}"
             print(notes[key], flush=True)
@@ -188,7 +188,7 @@ def main():
            "must move (cache, q, output) at 4.2 TB/s; FlashMLA: its SM90 dense decode of the bf16 cache; fp8 "
            "peer: the SM90 dense fp8 decode of vLLM's FlashMLA fork over the problem's fp8 cache; each on the "
            "same input and clock, scheduling metadata made before timing (tools/lib/peers.py); a peer's rel L2 "
-           f"is against the exact result over its cache format, its check the problem's; peers built from: "
+           f"is against the exact result over its cache format, the fp8 peer's check the problem's; peers built from: "
            f"{args.peers_from}\n\n"
            "| batch | kv | plan (fmt, BN, splits, warps, stages, kernel) | rel L2 err | check | ms | floor ms | "
            "floor / ms | GB/s | FlashMLA ms | FlashMLA rel L2 | ms / FlashMLA | fp8 peer ms | fp8 peer rel L2 | "

@@ -26,9 +26,11 @@ program started, in us. Writes results/mla_phases_h200.md with --write.
     python tools/mla/phase_times.py --offline      # CPU: the stamped kernel compiles for sm_90
 """
 import argparse
+import atexit
 import importlib.util
 import os
 import re
+import shutil
 import statistics
 import sys
 import tempfile
@@ -79,8 +81,8 @@ def stamped_source(source: str) -> str:
     head = text.index(f"def {KERNEL}(")
     at = text.index(signature, head) + len(signature)
     text = text[:at] + " stamp_ptr," + text[at:]
-    for helper in HELPERS:
-        text = text.replace(f"{helper}(", f"{helper}(stamp_at, ")
+    for helper in HELPERS:  # its definition and its calls (code lines, not comments)
+        text = re.sub(rf"^(?!\s*#)(.*\b){helper}\(", rf"\g<1>{helper}(stamp_at, ", text, flags=re.M)
     missing = [p for p in PHASES if f"_phase_stamp(stamp_at, {PHASES.index(p)})" not in text]
     if missing:
         raise ValueError(f"submission.py has no `# phase:` comment for {missing}")
@@ -92,6 +94,7 @@ def load_stamped():
     with open(os.path.join(ROOT, "submission.py")) as f:
         text = stamped_source(f.read())
     folder = tempfile.mkdtemp(prefix="mla_phases_")
+    atexit.register(shutil.rmtree, folder, True)
     path = os.path.join(folder, "submission_phases.py")
     with open(path, "w") as f:
         f.write(text)
@@ -133,14 +136,13 @@ def measure(module, shipped, data, reps: int):
     plan = module.plan_for(len(kv_indptr) - 1, config["kv_seq_len"], config["q_seq_len"])
     if plan.kernel != module.KERNEL_GLUON:
         raise ValueError(f"plan {tuple(plan)} does not run the Gluon kernel")
-    programs = q.shape[0] * max(plan.splits, 1)
+    programs = q.shape[0] * module._fit_to_device(plan, q.shape[0], q.device).splits  # the grid as launched
     stamps = torch.zeros(programs, len(PHASES), dtype=torch.int64, device=q.device)
     if not isinstance(module.__dict__[KERNEL], StampedLaunch):
         module.__dict__[KERNEL] = StampedLaunch(module.__dict__[KERNEL], stamps)
     module.__dict__[KERNEL].stamps = stamps
 
     def call():
-        stamps.zero_()
         return module._launch(q, kv_data, kv_indptr, config, plan)
 
     def unstamped():
@@ -151,7 +153,7 @@ def measure(module, shipped, data, reps: int):
     problem_loader.median_gpu_us(unstamped, reps=1, flush=flush)
     calls, gpu, gpu_shipped = [], [], []
     for _ in range(reps):
-        gpu.append(problem_loader.queued_gpu_us(call, flush))
+        gpu.append(problem_loader.queued_gpu_us(call, flush, warm=stamps.zero_))  # the reset off the clock
         calls.append(call_phases(stamps, programs))
         gpu_shipped.append(problem_loader.queued_gpu_us(unstamped, flush))
     table = []
