@@ -11,7 +11,7 @@ at the call's start. A/B above 1 is the head start. GPU only; either kit.
 
 PREFETCH = "read" puts a kernel in the copy's place (a sum over the cache): kernels on other streams may
 start once the judge has let the full-SM hold go, but this one runs on beside the call, where the judge's
-clock sees it (docs/judge.md). (tests/judge/test_eval.py runs both, the second from a copy with the
+clock sees it (docs/judge.md). (tests/judge/test_eval_timing.py runs both, the second from a copy with the
 constant set.)"""
 import ctypes
 import importlib.util
