@@ -82,7 +82,7 @@ def l2_flush():
 
 # How long the timer runs the call before timing it. eval.py times a case after seconds of the case's own
 # work (the submission's calls, the null's, the flushes); the tools warm the GPU the same way, with the
-# call, not with other work (a warm-up of full-power GEMMs left the next case reading high: docs/judge.md).
+# call, not with other work (a case timed after a warm-up of full-power GEMMs read high: docs/judge.md).
 WARM_S = 0.05
 
 
