@@ -104,7 +104,8 @@ def confine_worker(writable: list[str], under_ncu: bool = False, lowest_priority
         return held + ["no confinement (not Linux)"]
     if _capabilities_effective():
         libc.prctl(PR_SET_SECUREBITS, SECUREBITS_LOCKED_DOWN, 0, 0, 0)
-        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text()) if Path("/proc/sys/kernel/cap_last_cap").exists() else 40
+        cap_last = Path("/proc/sys/kernel/cap_last_cap")
+        last = int(cap_last.read_text()) if cap_last.exists() else 40
         for cap in range(last + 1):
             libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
         libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
@@ -151,7 +152,7 @@ def confine_worker(writable: list[str], under_ncu: bool = False, lowest_priority
     held.append(f"Landlock ABI {abi}: writes only under its sandbox, /dev/shm and its threads' /proc, and into "
                 f"the null, random, terminal and GPU devices (adding or removing nothing in /dev), no ptrace or "
                 f"/proc access to the judge{signals}"
-                + ("; under ncu (POPCORN_NCU) its temp folder is writable too, the profiler's" * under_ncu))
+                + ("; under ncu (POPCORN_NCU) its temp folder is writable too, the profiler's" if under_ncu else ""))
     return held
 
 

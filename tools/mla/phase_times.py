@@ -168,9 +168,8 @@ def offline() -> None:
     module = load_stamped()
     for split in (True, False):
         kernel = compile_stamped(module, split)
-        sass = problem_loader.sass_of(kernel)
         with tempfile.TemporaryDirectory() as tmp:
-            problem_loader.sass_of(kernel, os.path.join(tmp, "k"))
+            sass = problem_loader.sass_of(kernel, os.path.join(tmp, "k"))  # and its cubin, k.cubin
             registers = problem_loader.registers_of(os.path.join(tmp, "k.cubin"))
         print(f"SPLIT={split}: %globaltimer reads in the PTX {kernel.asm['ptx'].count('%globaltimer')}, "
               f"registers {registers}, local loads/stores {sass.count('LDL')}/{sass.count('STL')}")
