@@ -61,7 +61,7 @@ try:
     from judge_modes import (Outcome, RunClock, refuse_unfit_cases, run_benchmarks, run_compare, run_profiles,
                              run_tests)
     from judge_process import CaseFailure, ROOT, Warden, protect_judge
-    from judge_report import Report, _first_line, triton_version
+    from judge_report import Report, first_line, triton_version
     from judge_stats import BANDS, CALL_BANDS, COMPARE_BANDS, SLOWEST_SHARE
     from judge_timing import Judge
 finally:
@@ -256,7 +256,7 @@ def main(argv=None) -> int:
             traceback.print_exc()
         if not report.checked:
             report.say(f"\nFAIL: {why}")
-            report.log("error", _first_line(why))
+            report.log("error", first_line(why))
             report.log("check", "fail")
         return EXIT_STOPPED if stopped else EXIT_JUDGE_ERROR
     finally:

@@ -9,10 +9,10 @@ import time
 
 from judge_cases import TestCase
 from judge_process import CaseFailure, CaseSkipped, HOLD_SWAP_WAIT_S, WorkerProcess, failure_text
-from judge_report import Report, _first_line, _indented
+from judge_report import Report, first_line, indented
 from judge_stats import (
     BANDS, CALL_BANDS, COMPARE_BANDS, COMPARE_PROCESS_SPREAD, NULL_CALIBRATION, NULL_EVERY, RETIMES,
-    SLOWEST_SHARE, _bounds, _fmt_ns, _interval, _log_ratio, _median, calculate_stats, case_ranking,
+    SLOWEST_SHARE, _bounds, fmt_ns, _interval, _log_ratio, _median, calculate_stats, case_ranking,
     check_timings, kept_calls, mean_timing, overhead_gap, ranked_times, timing_gap, verify_times,
     without_slowest)
 from judge_timing import Judge, Prepared, RETURN_WAIT_S
@@ -101,11 +101,11 @@ def run_tests(report: Report, judge: Judge, cases: list[TestCase], clock: "RunCl
             judge.release_memory()  # the case's input is gone before the next one is weighed and made
         took = time.perf_counter() - start
         report.log(f"test.{i}.status", "pass" if good else "fail")
-        report.log(f"test.{i}.{'message' if good else 'error'}", _first_line(message))
+        report.log(f"test.{i}.{'message' if good else 'error'}", first_line(message))
         passed += good
         report.record(spec=case.spec, status="pass" if good else "fail", message=message)
         report.say(f"[{'PASS' if good else 'FAIL'}] test {i}: {case.spec}  ({took:.1f} s)")
-        report.say(_indented(_first_line(message) if good else message, 7))
+        report.say(indented(first_line(message) if good else message, 7))
     summary = f"\n{passed}/{len(cases) - skipped} tests passed" + (f", {skipped} skipped (memory)" if skipped else "")
     if skipped == len(cases):
         return Outcome(False, [summary, "no case could run on this machine"])
@@ -194,8 +194,8 @@ def _timed_checked_call(judge: Judge, worker: WorkerProcess, prep: Prepared, dea
     if not math.isfinite(call.device_ns) or call.device_ns <= 0:
         return f"timed call {i}: the submission's process reported a time of {call.device_ns} ns"
     if prep.floor_ns is not None and call.device_ns < prep.floor_ns:
-        return (f"timed call {i}: the submission's process reported {_fmt_ns(call.device_ns)}, under the memory "
-                f"floor of this input ({_fmt_ns(prep.floor_ns)}: the bytes it must move at the device's peak "
+        return (f"timed call {i}: the submission's process reported {fmt_ns(call.device_ns)}, under the memory "
+                f"floor of this input ({fmt_ns(prep.floor_ns)}: the bytes it must move at the device's peak "
                 f"bandwidth)")
     calls.append(call)
     kind = [c.device_ns for c in calls if c.early == call.early]
@@ -276,8 +276,8 @@ def _baseline_problem(kept: list, how: list, used: list) -> str:
     ranked, claimed = sum(how[i][0] for i in used) / len(used), sum(reported) / len(reported)
     if ranked >= 0.25 * claimed:
         return ""
-    return (f"the submission's process reports its calls as taking {_fmt_ns(claimed)} each and the judge's "
-            f"clock, less the null submission's overhead, saw {_fmt_ns(ranked)}: the report or the baseline "
+    return (f"the submission's process reports its calls as taking {fmt_ns(claimed)} each and the judge's "
+            f"clock, less the null submission's overhead, saw {fmt_ns(ranked)}: the report or the baseline "
             f"cannot be trusted")
 
 
@@ -330,8 +330,8 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
                       nulls=[dataclasses.astuple(c) for c in times.nulls])
         if times.error:
             report.log(f"benchmark.{i}.status", "fail")
-            report.log(f"benchmark.{i}.error", _first_line(times.error))
-            report.say(f"{i:>2}  {case.spec:52s} FAIL\n{_indented(times.error, 6)}")
+            report.log(f"benchmark.{i}.error", first_line(times.error))
+            report.say(f"{i:>2}  {case.spec:52s} FAIL\n{indented(times.error, 6)}")
             failed.append(i)
             judge.stop_workers()  # one may still be stuck in the failed call: fresh ones for the next case
             if ranked:  # as GPU MODE: a failed case ends a ranked run; benchmark mode goes on
@@ -343,11 +343,11 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
                 report.log(f"benchmark.{i}.{key}", value)
         means.append(result["mean"])
         bests.append(result["best"])
-        host = _fmt_ns(result["host"]) if math.isfinite(result["host"]) else "-"
-        floor = _fmt_ns(result["floor"]) if math.isfinite(result["floor"]) else "-"
+        host = fmt_ns(result["host"]) if math.isfinite(result["host"]) else "-"
+        floor = fmt_ns(result["floor"]) if math.isfinite(result["floor"]) else "-"
         pct = f"{100 * result['floor'] / result['mean']:.0f}%" if math.isfinite(result["floor"]) else "-"
-        report.say(f"{i:>2}  {case.spec:52s} {_fmt_ns(result['mean']):>11s} {_fmt_ns(result['err']):>9s} "
-                   f"{_fmt_ns(result['best']):>11s} {result['runs']:>5d} {host:>10s} {floor:>10s} {pct:>6s}")
+        report.say(f"{i:>2}  {case.spec:52s} {fmt_ns(result['mean']):>11s} {fmt_ns(result['err']):>9s} "
+                   f"{fmt_ns(result['best']):>11s} {result['runs']:>5d} {host:>10s} {floor:>10s} {pct:>6s}")
         timed = result["runs"] + result["stragglers"] + result["slowest"]
         if result["stragglers"]:
             notes.append(f"case {i}: {result['stragglers']} of {timed} calls had not "
@@ -363,8 +363,8 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
                          f"{CALL_BANDS} bands over it (a stall the judge's clock did not see) on the judge's clock")
         if result["retimed"]:
             notes.append(f"case {i}: its reports lay under the judge's clock by more than the band, so it was timed "
-                         f"again on fresh processes; over both timings, {_fmt_ns(result['gap'])} (the band "
-                         f"{_fmt_ns(result['band'])})")
+                         f"again on fresh processes; over both timings, {fmt_ns(result['gap'])} (the band "
+                         f"{fmt_ns(result['band'])})")
         if result["late_holds"]:
             notes.append(f"case {i}: in {result['late_holds']} calls the one-block hold did not run within "
                          f"{HOLD_SWAP_WAIT_S * 1e3:g} ms of the full-SM hold's release (kernels of the submission's on "
@@ -378,9 +378,9 @@ def run_benchmarks(report: Report, judge: Judge, cases: list[TestCase], clock: "
     geo = math.exp(sum(math.log(m) for m in means) / len(means))
     best = math.exp(sum(math.log(b) for b in bests) / len(bests))
     band = BANDS["cuda" if judge.cuda else "cpu"]
-    summary = [*notes, f"\ngeometric mean of the means (ranking score): {_fmt_ns(geo)}",
-               f"geometric mean of the best calls (not ranked): {_fmt_ns(best)}",
-               f"every case's times agree with the judge's clock (band {_fmt_ns(band.abs_ns)} + {band.rel:.0%} of "
+    summary = [*notes, f"\ngeometric mean of the means (ranking score): {fmt_ns(geo)}",
+               f"geometric mean of the best calls (not ranked): {fmt_ns(best)}",
+               f"every case's times agree with the judge's clock (band {fmt_ns(band.abs_ns)} + {band.rel:.0%} of "
                f"the report); the slowest {SLOWEST_SHARE:.0%} of each case's calls (one at least) left out"]
     return Outcome(True, summary)
 
@@ -405,13 +405,13 @@ def run_profiles(report: Report, judge: Judge, cases: list[TestCase], clock: "Ru
             judge.worker.stop()
             why = failure_text(e)
             report.log(f"benchmark.{i}.status", "fail")
-            report.log(f"benchmark.{i}.error", _first_line(why))
+            report.log(f"benchmark.{i}.error", first_line(why))
             report.record(spec=case.spec, status="fail", error=why)
-            report.say(f"profile {i}: {case.spec}: FAIL\n{_indented(why, 6)}")
+            report.say(f"profile {i}: {case.spec}: FAIL\n{indented(why, 6)}")
             continue
         report.record(spec=case.spec, status="pass", table=table)
         report.log(f"benchmark.{i}.report", base64.b64encode(table.encode(), b"+*").decode())
-        report.say(f"profile {i}: {case.spec}\n{_indented(table, 2)}")
+        report.say(f"profile {i}: {case.spec}\n{indented(table, 2)}")
     return Outcome(ok, [])
 
 
@@ -499,11 +499,11 @@ def run_compare(report: Report, judge: Judge, cases: list[TestCase], clock: RunC
         if error:
             failed.append(i)
             judge.stop_workers()
-            report.say(f"{i:>2}  {case.spec:52s} FAIL\n{_indented(error, 6)}")
+            report.say(f"{i:>2}  {case.spec:52s} FAIL\n{indented(error, 6)}")
             continue
         logs.append(fig["log_ratio"])
         variances.append(fig["log_se"] ** 2)
-        report.say(f"{i:>2}  {case.spec:52s} {_fmt_ns(fig['A']):>11s} {_fmt_ns(fig['B']):>11s} {fig['pairs']:>5d}  "
+        report.say(f"{i:>2}  {case.spec:52s} {fmt_ns(fig['A']):>11s} {fmt_ns(fig['B']):>11s} {fig['pairs']:>5d}  "
                    f"{_interval(fig['log_ratio'], fig['log_se'], spread)}")
     if failed or not logs:
         return Outcome(False, [f"\n{len(failed)} of {len(cases)} cases failed: no comparison" if failed

@@ -22,7 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
-from judge_report import RELAY_LINE_CHARS, Report, _first_line, _printable_message, from_submission
+from judge_report import RELAY_LINE_CHARS, Report, first_line, printable_message, from_submission
 from judge_worker import (
     ANNOUNCE_AT, CudaArray, OTHER_SUBMISSION, POLL_S, PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, RELEASE_AT,
     _libc, arena_view, hold_targets, recv_frame, send_frame)
@@ -420,7 +420,7 @@ def failure_text(e: Exception) -> str:
     traceback that ends the run."""
     if isinstance(e, CaseFailure):
         return str(e)
-    text = f"the judge's own work on this case failed: {type(e).__name__}: {_first_line(str(e))}"
+    text = f"the judge's own work on this case failed: {type(e).__name__}: {first_line(str(e))}"
     if isinstance(e, MemoryError) or "out of memory" in str(e).lower():
         return text + " (the machine's or the GPU's memory: the submission's processes may be holding it)"
     traceback.print_exception(e, file=sys.stderr)  # not the submission's doing, as far as the judge can tell
@@ -686,7 +686,7 @@ class WorkerProcess:
                     raise CaseFailure(self._death("died"))
                 continue
             try:
-                msg = _printable_message(json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT,
+                msg = printable_message(json.loads(recv_frame(self.sock, WORKER_FRAME_LIMIT,
                                                                now + max(remaining, 0.01))))
             except socket.timeout:
                 raise CaseFailure("timed out in the middle of a message (the time limit from task.yml)") from None

@@ -39,14 +39,14 @@ def from_submission(text: str) -> str:
     return "\n".join(f"submission> {line}" for line in kept)
 
 
-def _printable_message(obj):
+def printable_message(obj):
     """A message from the worker with every string in it made printable."""
     if isinstance(obj, str):
         return printable(obj)
     if isinstance(obj, list):
-        return [_printable_message(x) for x in obj]
+        return [printable_message(x) for x in obj]
     if isinstance(obj, dict):
-        return {printable(str(k)): _printable_message(v) for k, v in obj.items()}
+        return {printable(str(k)): printable_message(v) for k, v in obj.items()}
     return obj
 
 
@@ -66,7 +66,7 @@ class Report:
         `line` its line in the readable report."""
         if key:
             self.log(f"{key}.status", "skip")
-            self.log(f"{key}.message", _first_line(why))
+            self.log(f"{key}.message", first_line(why))
         self.record(spec=case.spec, status="skip", message=why)
         self.say(line)
 
@@ -92,13 +92,13 @@ class Report:
                 print(f"  {role}> ... (further output of the submission dropped)", flush=True)
 
 
-def _indented(text: str, spaces: int) -> str:
+def indented(text: str, spaces: int) -> str:
     """A message under its case's line: every line indented, so that none (a line of the submission's text
     in it above all) starts where the report's own lines do."""
     return "\n".join(" " * spaces + line for line in str(text).strip().splitlines())
 
 
-def _first_line(message: str, limit: int = REPORT_LINE_LIMIT) -> str:
+def first_line(message: str, limit: int = REPORT_LINE_LIMIT) -> str:
     text = " | ".join(line.strip() for line in str(message).strip().splitlines() if line.strip())
     return text if len(text) <= limit else text[:limit] + " ..."
 

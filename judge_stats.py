@@ -258,13 +258,13 @@ def check_timings(timings: list, band: Band) -> str:
         return ""
     n = sum(t is not None for t in timings)
     over = f" (the mean of {n} timings, each on fresh processes)" if n > 1 else ""
-    return (f"the times reported from the submission's process (mean {_fmt_ns(claimed)}) are below what the "
-            f"judge's clock allows: its calls took {_fmt_ns(claimed + gap)} each by the judge's clock{over}, with "
+    return (f"the times reported from the submission's process (mean {fmt_ns(claimed)}) are below what the "
+            f"judge's clock allows: its calls took {fmt_ns(claimed + gap)} each by the judge's clock{over}, with "
             f"the judge's own overhead (measured on the same protocol with a null submission) taken out; the band "
-            f"is {_fmt_ns(allowed)} ({_fmt_ns(band.abs_ns)} + {band.rel:.0%} of the report)")
+            f"is {fmt_ns(allowed)} ({fmt_ns(band.abs_ns)} + {band.rel:.0%} of the report)")
 
 
-def _fmt_ns(ns: float) -> str:
+def fmt_ns(ns: float) -> str:
     return f"{ns / 1e6:.4f} ms" if ns >= 1e5 else f"{ns / 1e3:.2f} us"
 
 

@@ -19,7 +19,7 @@ from judge_process import (
     CaseFailure, CaseSkipped, DescendantsStopped, InputLayout, Sandbox, SharedRegion, Warden, WorkerProcess,
     _descendants, _signal_all, available_memory, bytecode_from_source, kill_descendants)
 from judge_report import Report, from_submission, triton_version
-from judge_stats import TimedCall, _fmt_ns, peak_bandwidth
+from judge_stats import TimedCall, fmt_ns, peak_bandwidth
 from judge_worker import (
     DIGEST_AT, DIGEST_BLOCK, DIGEST_LEVELS, HOLD_PTX, LET_GO_AT, ONE_BLOCK_HOLD, POLL_S, RELEASE_AT, STAGED_AT,
     CudaDriver, IpcHandle, _dtypes, _libc, digest_words, hold_targets)
@@ -717,7 +717,7 @@ class Judge:
             if time.monotonic() > give_up:
                 raise CaseFailure(
                     f"the GPU did not fall quiet between calls: with the submission's processes stopped, other "
-                    f"work still took the GPU from the judge for up to {_fmt_ns(gap)} at a time for "
+                    f"work still took the GPU from the judge for up to {fmt_ns(gap)} at a time for "
                     f"{QUIET_WAIT_S:.0f} s (GPU work the submission left queued after its call returned, or "
                     f"another process on this GPU); the judge measures its own overhead on a quiet GPU")
 
