@@ -295,10 +295,15 @@ def ref_kernel(data: input_t) -> output_t:
 # ---------------------------------------------------------------------------------------------
 # Check
 # ---------------------------------------------------------------------------------------------
-# Accuracy rule (README "Accuracy rule" gives the calibration): the output passes if, against exact
-# fp32 attention over at least one of the three caches,
+# Accuracy rule (README "Accuracy rule" gives the calibration): the output passes if, against at least
+# one of the RESULTS (exact fp32 attention over each of the three caches, and GPU MODE's a8w8 scheme),
 #   every element:  |out - ref| <= ATOL_RMS * rms(ref) + RTOL * |ref|
 #   and overall:    ||out - ref||_2 / ||ref||_2 <= REL_L2_TOL
+# a8w8 is a result of its own because rounding q to fp8 moves the output by as much as the input's
+# attention is sensitive to its scores: against the fp8 result it reaches the bounds on about one input
+# in 1,500 (tools/mla/calibrate_check.py --tail), so a kernel doing exactly what the upstream problem's
+# reference does would fail now and then.
+RESULTS = FORMATS + ("a8w8",)
 ATOL_RMS = 0.5
 RTOL = 0.05
 REL_L2_TOL = 0.04
@@ -339,31 +344,45 @@ def _check_output_form(q: torch.Tensor, output) -> str:
     return ""
 
 
-def make_checker(data: input_t):
-    """The check of one input, with the exact results over every cache computed once: the returned
-    function takes an output and gives (True, the closest cache it matches) or (False, why not), never
-    raising on a bad output. Every format is compared, so the message names the one the output is
-    closest to (an fp8 kernel is also within tolerance of the bf16 result, at ~15x the distance)."""
+def exact_result(data: input_t, name: str) -> torch.Tensor:
+    """One of RESULTS in fp32: exact attention of q over the cache in format `name`, or for "a8w8" of q
+    rounded to fp8 per tensor (quantize_fp8, as the upstream problem's reference does) over the fp8 cache."""
     q, kv_data, qo_indptr, kv_indptr, config = data
-    refs = {fmt: exact_attention(q, cache_rows(kv_data, fmt), qo_indptr, kv_indptr, config["sm_scale"])
-            for fmt in FORMATS}
+    if name == "a8w8":
+        q, name = dequantize_fp8(*quantize_fp8(q)), "fp8"
+    return exact_attention(q, cache_rows(kv_data, name), qo_indptr, kv_indptr, config["sm_scale"])
+
+
+def describe_result(name: str) -> str:
+    if name == "a8w8":
+        return "GPU MODE's a8w8 scheme (exact attention of q rounded to fp8 per tensor, over the fp8 cache)"
+    return f"exact attention over the {name} cache"
+
+
+def make_checker(data: input_t):
+    """The check of one input, with every one of RESULTS computed once: the returned function takes an
+    output and gives (True, the closest result it matches) or (False, why not), never raising on a bad
+    output. Every result is compared, so the message names the one the output is closest to (an fp8
+    kernel is also within tolerance of the bf16 result, at ~15x the distance)."""
+    refs = {name: exact_result(data, name) for name in RESULTS}
+    q = data[0]
 
     def check(output) -> tuple[bool, str]:
         problem = _check_output_form(q, output)
         if problem:
             return False, problem
         report, passed = [], []
-        for fmt, ref in refs.items():
+        for name, ref in refs.items():
             s = compare(output, ref)
             if s["bad"] == 0 and s["rel_l2"] <= REL_L2_TOL:
-                passed.append((s["rel_l2"], fmt))
+                passed.append((s["rel_l2"], name))
             report.append(
-                f"{fmt}: rel L2 {s['rel_l2']:.4f} (limit {REL_L2_TOL}), {s['bad']} elements out of tolerance, "
+                f"{name}: rel L2 {s['rel_l2']:.4f} (limit {REL_L2_TOL}), {s['bad']} elements out of tolerance, "
                 f"worst at (row, head, dim) {s['worst_index']}: got {s['worst_got']:.5g}, want {s['worst_want']:.5g}")
         if passed:
-            rel_l2, fmt = min(passed)
-            return True, f"matches exact attention over the {fmt} cache (rel L2 {rel_l2:.4f})"
-        return False, "output matches exact attention over none of the caches: " + "; ".join(report)
+            rel_l2, name = min(passed)
+            return True, f"matches {describe_result(name)} (rel L2 {rel_l2:.4f})"
+        return False, "output matches exact attention over none of the caches, nor a8w8: " + "; ".join(report)
 
     return check
 

@@ -376,3 +376,11 @@ def test_the_issue_bound_tool_reads_ncus_raw_csv_in_its_units():
         bound.parse_raw_csv(_ncu_raw(["inst", "cycle", "Ghz", "furlong", "", ""], [last]))
     with pytest.raises(ValueError, match="no profiled launch"):
         bound.parse_raw_csv("==PROF== No kernels were profiled.\n")
+
+
+def test_the_check_calibration_tail_reports_each_answer_against_both_results(capsys):
+    calibrate = tool_module("mla", "calibrate_check")
+    calibrate.tail(2, seed=0)
+    out = capsys.readouterr().out
+    assert "a8w8 (q fp8 per tensor)  passes 2/2" in out and "sm_scale 1/sqrt(512)     passes 0/2" in out.split("1024")[1]
+    assert out.count("a8w8 L2 p99.9 0.00") == 2  # a8w8 against its own result: the bf16 rounding only

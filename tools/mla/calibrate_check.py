@@ -2,9 +2,14 @@
 
 Prints, per case: attention entropy, and for each candidate answer its relative L2 distance and its
 worst element error (in units of rms(ref)) against exact attention over each cache format.
-Run: python tools/mla/calibrate_check.py  (CPU is fine; docs/mla_design.md quotes its output)."""
+With --tail N: the tails over N inputs of fresh random seeds per shape, of the answers that round q to
+fp8 (per tensor as a8w8 does, and per (row, head)) and of the nearest mistake, against the fp8 result
+and the a8w8 result, and how many of them the check passes.
+Run: python tools/mla/calibrate_check.py [--tail N]  (CPU is fine; docs/mla_design.md quotes its output)."""
+import argparse
 import math
 import os
+import random
 import sys
 
 import torch
@@ -46,7 +51,55 @@ def candidates(data):
     return out
 
 
+def q_fp8_per_row_head(q):
+    """q rounded to fp8 with one scale per (row, head): another q rounding than a8w8's."""
+    scale = (q.float().abs().amax(-1, keepdim=True) / R.FP8_MAX).clamp(min=1e-12)
+    return (q.float() / scale).clamp(-R.FP8_MAX, R.FP8_MAX).to(R.FP8_DTYPE).float() * scale
+
+
+def _distance(out, ref):
+    """(relative L2, worst element error beyond RTOL in units of rms(ref))."""
+    d = (out.float() - ref).abs()
+    return R.compare(out, ref)["rel_l2"], ((d - R.RTOL * ref.abs()) / ref.pow(2).mean().sqrt()).max().item()
+
+
+def tail(n: int, seed=None):
+    """seed: of the inputs' seeds (None: fresh from the system's randomness)."""
+    draw = random.Random(seed).getrandbits if seed is not None else random.SystemRandom().getrandbits
+    print(f"tails over {n} inputs a shape (random seeds); distances: rel L2 / worst element in rms(ref)")
+    for spec in (dict(batchsize=2, qseqlen=1, kvseqlen=65), dict(batchsize=4, qseqlen=1, kvseqlen=1024)):
+        rows = {"a8w8 (q fp8 per tensor)": [], "q fp8 per (row, head)": [], "sm_scale 1/sqrt(512)": []}
+        passed = dict.fromkeys(rows, 0)
+        for _ in range(n):
+            data = R.generate_input(seed=draw(63), **spec)
+            q, kv_data, qo, kvp, cfg = data
+            fp8 = R.cache_rows(kv_data, "fp8")
+            refs = {"fp8": R.exact_result(data, "fp8"), "a8w8": R.exact_result(data, "a8w8")}
+            outs = {"a8w8 (q fp8 per tensor)": refs["a8w8"],
+                    "q fp8 per (row, head)": R.exact_attention(q_fp8_per_row_head(q), fp8, qo, kvp, cfg["sm_scale"]),
+                    "sm_scale 1/sqrt(512)": R.exact_attention(q, fp8, qo, kvp, 1 / math.sqrt(512))}
+            check = R.make_checker(data)
+            for name, out in outs.items():
+                out = out.to(torch.bfloat16)
+                rows[name].append([_distance(out, ref) for ref in refs.values()])
+                passed[name] += check(out)[0]
+        print(f"\n{spec}")
+        for name, dists in rows.items():
+            cells = []
+            for i, ref in enumerate(("fp8", "a8w8")):
+                for j, what in enumerate(("L2", "elt")):
+                    xs = sorted(d[i][j] for d in dists)
+                    cells.append(f"{ref} {what} p99.9 {xs[min(n - 1, int(n * 0.999))]:.3f} max {xs[-1]:.3f} "
+                                 f"min {xs[0]:.3f}")
+            print(f"  {name:24s} passes {passed[name]}/{n}  " + " | ".join(cells))
+
+
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tail", type=int, metavar="N", help="the tails over N fresh inputs a shape instead")
+    if parser.parse_args().tail:
+        torch.set_num_threads(1)  # the inputs are small: one thread is as fast, and two runs can share a machine
+        return tail(parser.parse_args().tail)
     torch.manual_seed(0)
     cases = [dict(batchsize=4, qseqlen=1, kvseqlen=1024), dict(batchsize=8, qseqlen=2, kvseqlen=300, ragged=1),
              dict(batchsize=2, qseqlen=1, kvseqlen=8192)]
@@ -60,10 +113,8 @@ def main():
             for name, out in candidates(data).items():
                 cells = []
                 for f, ref in refs.items():
-                    d = (out.float() - ref).abs()
-                    rms = ref.pow(2).mean().sqrt()
-                    elt = ((d - R.RTOL * ref.abs()) / rms).max().item()
-                    cells.append(f"{f}: L2 {R.compare(out, ref)['rel_l2']:.4f} worst {elt:.3f}rms")
+                    rel_l2, elt = _distance(out, ref)
+                    cells.append(f"{f}: L2 {rel_l2:.4f} worst {elt:.3f}rms")
                 ok, _ = R.check_implementation(data, out)
                 print(f"  {name:24s} {'PASS' if ok else 'fail'}  " + " | ".join(cells))
 
