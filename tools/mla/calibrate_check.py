@@ -97,9 +97,10 @@ def tail(n: int, seed=None):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tail", type=int, metavar="N", help="the tails over N fresh inputs a shape instead")
-    if parser.parse_args().tail:
+    args = parser.parse_args()
+    if args.tail:
         torch.set_num_threads(1)  # the inputs are small: one thread is as fast, and two runs can share a machine
-        return tail(parser.parse_args().tail)
+        return tail(args.tail)
     torch.manual_seed(0)
     cases = [dict(batchsize=4, qseqlen=1, kvseqlen=1024), dict(batchsize=8, qseqlen=2, kvseqlen=300, ragged=1),
              dict(batchsize=2, qseqlen=1, kvseqlen=8192)]
