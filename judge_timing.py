@@ -24,6 +24,7 @@ from judge_worker import (
     DIGEST_AT, DIGEST_BLOCK, DIGEST_LEVELS, HOLD_PTX, LET_GO_AT, ONE_BLOCK_HOLD, POLL_S, RELEASE_AT, STAGED_AT,
     CudaDriver, IpcHandle, _dtypes, _libc, digest_words, hold_targets)
 
+
 class JudgeDriver(CudaDriver):
     """The worker's driver calls and the judge's own: its shared regions' memory and IPC handles, and the
     reset of L2 lines a submission marked persisting."""

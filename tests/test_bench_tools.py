@@ -142,8 +142,6 @@ def test_the_mla_results_file_has_both_peers_columns_and_says_why_one_is_missing
         bench = tool_module("mla", "bench_mla")
         monkeypatch.setitem(sys.modules, "flash_mla", None)
         monkeypatch.setattr(peers, "flashmla_fp8_ops", lambda: (fake_flashmla_fp8_ops([]), ""))
-        monkeypatch.setattr(bench, "PEERS", (("peer", "FlashMLA (bf16 cache)", "bf16", peers.mla_peer),
-                                             ("fp8_peer", "FlashMLA fork (fp8 cache)", "fp8", peers.mla_fp8_peer)))
         monkeypatch.setattr(bench, "SHAPES", [(2, 100, 1), (3, 70, 1)])
         monkeypatch.setattr(bench, "ragged_checks", lambda: [])
         monkeypatch.setattr(bench, "host_breakdown", lambda: [])

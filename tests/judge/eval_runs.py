@@ -88,28 +88,31 @@ def problem_fixture(tmp_path_factory):
     return d
 
 
+# The cases the tests time, in eval.py's tests-file form: the first one, two or three of them.
+CASE_LINES = ("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11",
+              "batchsize: 3; qseqlen: 2; kvseqlen: 20; ragged: 1; seed: 12",
+              "batchsize: 2; qseqlen: 1; kvseqlen: 40; seed: 13")
+
+
+def _cases_file(tmp_path_factory, name: str, count: int) -> str:
+    tests = tmp_path_factory.mktemp("cases") / f"{name}.txt"
+    tests.write_text("".join(line + "\n" for line in CASE_LINES[:count]))
+    return str(tests)
+
+
 @pytest.fixture(scope="module", name="one_case")
 def one_case_fixture(tmp_path_factory):
-    tests = tmp_path_factory.mktemp("cases") / "one.txt"
-    tests.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n")
-    return str(tests)
+    return _cases_file(tmp_path_factory, "one", 1)
 
 
 @pytest.fixture(scope="module", name="two_cases")
 def two_cases_fixture(tmp_path_factory):
-    tests = tmp_path_factory.mktemp("cases") / "two.txt"
-    tests.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n"
-                     "batchsize: 3; qseqlen: 2; kvseqlen: 20; ragged: 1; seed: 12\n")
-    return str(tests)
+    return _cases_file(tmp_path_factory, "two", 2)
 
 
 @pytest.fixture(scope="module", name="three_cases")
 def three_cases_fixture(tmp_path_factory):
-    tests = tmp_path_factory.mktemp("cases") / "three.txt"
-    tests.write_text("batchsize: 2; qseqlen: 1; kvseqlen: 65; seed: 11\n"
-                     "batchsize: 3; qseqlen: 2; kvseqlen: 20; ragged: 1; seed: 12\n"
-                     "batchsize: 2; qseqlen: 1; kvseqlen: 40; seed: 13\n")
-    return str(tests)
+    return _cases_file(tmp_path_factory, "three", 3)
 
 
 def run_eval(problem, mode, submission="honest_bf16", extra=(), popcorn=False, env=None, timeout=300,
